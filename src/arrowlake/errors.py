@@ -1,0 +1,102 @@
+"""The one exception hierarchy of arrowlake.
+
+Every error a user can cause is an :class:`ArrowlakeError`; its message says what was wrong,
+where, and what to do about it. Errors about bad input also subclass :class:`ValueError`, lookups
+of missing things also subclass :class:`LookupError`, so generic handlers keep working.
+"""
+
+from __future__ import annotations
+
+
+class ArrowlakeError(Exception):
+    """Base class of every error arrowlake raises on purpose."""
+
+
+class ValidationError(ArrowlakeError, ValueError):
+    """The input was not acceptable; nothing was written."""
+
+
+class InvalidName(ValidationError):
+    """A namespace, table, tag or column name is not allowed."""
+
+
+class SchemaMismatch(ValidationError):
+    """Data or a schema change does not fit the table's schema."""
+
+
+class ColumnNotFound(ValidationError):
+    """A column named in a filter, projection or option does not exist."""
+
+
+class FilterSyntaxError(ValidationError):
+    """A filter string could not be parsed.
+
+    ``text`` is the whole filter and ``position`` the 0-based offset of the offending token.
+    """
+
+    def __init__(self, message: str, text: str = "", position: int = 0) -> None:
+        self.text = text
+        self.position = position
+        if text:
+            pointer = " " * position + "^"
+            message = f"{message}\n  {text}\n  {pointer}"
+        super().__init__(message)
+
+
+class NotFound(ArrowlakeError, LookupError):
+    """Something that was asked for does not exist."""
+
+    def __str__(self) -> str:  # LookupError would quote the message like a dict key
+        return str(self.args[0]) if self.args else ""
+
+
+class NamespaceNotFound(NotFound):
+    pass
+
+
+class TableNotFound(NotFound):
+    pass
+
+
+class SnapshotNotFound(NotFound):
+    pass
+
+
+class TagNotFound(NotFound):
+    pass
+
+
+class AlreadyExists(ArrowlakeError):
+    """Something to be created exists already."""
+
+
+class TableAlreadyExists(AlreadyExists):
+    pass
+
+
+class CommitConflict(ArrowlakeError):
+    """A commit lost a race that cannot be resolved by retrying; the table is unchanged."""
+
+
+class MetastoreError(ArrowlakeError):
+    """The metastore database is unusable (wrong version, corrupt rows)."""
+
+
+class StorageError(ArrowlakeError, OSError):
+    """An object or file could not be read or written after retries."""
+
+
+class MissingDependency(ArrowlakeError, ImportError):
+    """An optional dependency is needed for this call; the message names the extra to install."""
+
+
+def require(module: str, extra: str, feature: str):  # type: ignore[no-untyped-def]
+    """Import an optional module, or raise :class:`MissingDependency` naming the extra."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise MissingDependency(
+            f"{feature} needs the '{module}' package: pip install 'arrowlake[{extra}]'"
+        ) from exc

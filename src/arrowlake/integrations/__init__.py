@@ -1,0 +1,1 @@
+"""Adapters between arrowlake and other engines (pandas, Polars, DuckDB, Spark, ...)."""

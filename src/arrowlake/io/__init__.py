@@ -1,0 +1,1 @@
+"""Storage backends and Parquet file writing/reading with statistics."""

@@ -1,0 +1,154 @@
+"""Where data files live: a small storage contract and its local-disk backend.
+
+Table code speaks only to :class:`Storage`; a backend turns its calls into filesystem or object
+store requests. Storage SDKs are imported only in their backend module, chosen by the location's
+scheme in :func:`storage_for`.
+"""
+
+from __future__ import annotations
+
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from arrowlake.errors import StorageError, ValidationError
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    path: str  # absolute location, as Storage methods take it
+    size: int
+    mtime_ms: int | None
+
+
+class Storage(ABC):
+    """The operations arrowlake needs from a place that holds files.
+
+    Paths are absolute locations under the backend's scheme: a local path for
+    :class:`LocalStorage`, ``s3://bucket/key`` for object stores. Instances are picklable, so
+    a split carries its storage to another process.
+    """
+
+    #: Whether the backend has cheap, atomic renames (object stores do not).
+    atomic_rename: bool = False
+
+    @abstractmethod
+    def filesystem(self) -> pafs.FileSystem:
+        """A pyarrow filesystem for pyarrow's readers, with paths from :meth:`fs_path`."""
+
+    @abstractmethod
+    def fs_path(self, path: str) -> str:
+        """``path`` as the pyarrow filesystem of :meth:`filesystem` names it."""
+
+    @abstractmethod
+    def open_output(self, path: str) -> pa.NativeFile:
+        """A writable stream; the file becomes visible complete or not at all where possible."""
+
+    @abstractmethod
+    def read_bytes(self, path: str) -> bytes: ...
+
+    @abstractmethod
+    def delete(self, paths: Iterable[str]) -> None:
+        """Delete files; missing ones are ignored."""
+
+    @abstractmethod
+    def list_files(self, prefix: str) -> list[FileInfo]:
+        """Every file below ``prefix`` (recursively)."""
+
+    def join(self, base: str, *parts: str) -> str:
+        out = base.rstrip("/")
+        for part in parts:
+            out = f"{out}/{part.strip('/')}"
+        return out
+
+    def relative(self, base: str, path: str) -> str:
+        prefix = base.rstrip("/") + "/"
+        if not path.startswith(prefix):
+            raise ValidationError(f"{path!r} is not below {base!r}")
+        return path[len(prefix):]
+
+
+class LocalStorage(Storage):
+    """Files on a local (or mounted) filesystem."""
+
+    atomic_rename = True
+
+    def __init__(self) -> None:
+        self._fs = pafs.LocalFileSystem()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (LocalStorage, ())
+
+    def filesystem(self) -> pafs.FileSystem:
+        return self._fs
+
+    def fs_path(self, path: str) -> str:
+        return path
+
+    def open_output(self, path: str) -> pa.NativeFile:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        try:
+            return self._fs.open_output_stream(path)
+        except OSError as exc:
+            raise StorageError(f"Cannot create {path}: {exc}") from exc
+
+    def read_bytes(self, path: str) -> bytes:
+        try:
+            with open(path, "rb") as f:
+                return f.read()
+        except OSError as exc:
+            raise StorageError(f"Cannot read {path}: {exc}") from exc
+
+    def delete(self, paths: Iterable[str]) -> None:
+        for path in paths:
+            try:
+                os.remove(path)
+            except FileNotFoundError:
+                pass
+
+    def list_files(self, prefix: str) -> list[FileInfo]:
+        out = []
+        if not os.path.isdir(prefix):
+            return out
+        for root, _dirs, names in os.walk(prefix):
+            for name in names:
+                full = os.path.join(root, name)
+                try:
+                    st = os.stat(full)
+                except FileNotFoundError:
+                    continue
+                out.append(FileInfo(full, st.st_size, int(st.st_mtime * 1000)))
+        return out
+
+
+def split_scheme(location: str) -> tuple[str, str]:
+    if "://" in location:
+        scheme, rest = location.split("://", 1)
+        return scheme.lower(), rest
+    return "file", location
+
+
+def storage_for(location: str, options: Mapping[str, Any] | None = None) -> Storage:
+    """The storage backend for a location: a local path, ``file://``, or an object store URL."""
+    scheme, _ = split_scheme(location)
+    if scheme == "file":
+        return LocalStorage()
+    if scheme in ("s3", "s3a", "gs", "az", "abfs", "abfss", "memory"):
+        from arrowlake.io.object_store import ObjectStorage
+
+        return ObjectStorage(location, dict(options or {}))
+    raise ValidationError(
+        f"Unsupported storage location {location!r}: use a local path, file://, or s3://"
+    )
+
+
+def normalize_location(location: str) -> str:
+    scheme, rest = split_scheme(location)
+    if scheme == "file":
+        return os.path.abspath(os.path.expanduser(rest)).rstrip("/") or "/"
+    return f"{scheme}://{rest.rstrip('/')}"

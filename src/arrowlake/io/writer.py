@@ -1,0 +1,278 @@
+"""Writing data files: batches in, Parquet files with statistics out.
+
+A :class:`FileSetWriter` routes batches to one :class:`DataFileWriter` per partition (and
+bucket). Each buffers up to a row group, then compresses and writes it on a thread pool, so
+partitions are written in parallel while the next input batch is split. Files roll over at the
+target size. Nothing here touches the metastore: writers return :class:`NewFile` descriptions
+for the commit, and on failure delete what they wrote.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from arrowlake.io.stats import column_stats, encode_scalar, merge_stats, partition_path
+from arrowlake.io.storage import Storage
+from arrowlake.metastore.store import NewFile
+
+_EXECUTOR_LOCK = threading.Lock()
+_EXECUTOR: ThreadPoolExecutor | None = None
+
+
+def shared_executor() -> ThreadPoolExecutor:
+    """The process-wide pool that compresses and writes row groups (pyarrow drops the GIL)."""
+    global _EXECUTOR
+    with _EXECUTOR_LOCK:
+        if _EXECUTOR is None:
+            _EXECUTOR = ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2),
+                                           thread_name_prefix="arrowlake-write")
+        return _EXECUTOR
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    compression: str = "zstd"
+    compression_level: int | None = None
+    row_group_rows: int = 131_072
+    target_file_bytes: int = 128 * 1024 * 1024
+    buffer_bytes: int = 256 * 1024 * 1024
+
+    @classmethod
+    def from_properties(cls, props: dict[str, str]) -> WriteOptions:
+        level = props.get("write.compression-level")
+        return cls(
+            compression=props.get("write.compression", cls.compression),
+            compression_level=int(level) if level else None,
+            row_group_rows=int(props.get("write.row-group-rows", cls.row_group_rows)),
+            target_file_bytes=int(props.get("write.target-file-size", cls.target_file_bytes)),
+            buffer_bytes=int(props.get("write.buffer-size", cls.buffer_bytes)),
+        )
+
+
+@dataclass(frozen=True)
+class FileTarget:
+    """Where and how one table's files are written."""
+
+    storage: Storage
+    location: str  # the table's location
+    schema: pa.Schema  # the table schema (with field ids) the files are written in
+    schema_id: int
+    options: WriteOptions
+
+
+class DataFileWriter:
+    """Writes the rows of one partition (and bucket) into one or more Parquet files."""
+
+    def __init__(self, target: FileTarget, directory: str, *, partition_path: str | None = None,
+                 partition_values: str | None = None, bucket: int | None = None,
+                 file_hook: Callable[[pa.Table], dict[str, Any]] | None = None) -> None:
+        self.target = target
+        self.directory = directory
+        self.partition_path = partition_path
+        self.partition_values = partition_values
+        self.bucket = bucket
+        self.file_hook = file_hook  # extra NewFile fields from the rows (key ranges, ...)
+        self._buffer: list[pa.RecordBatch] = []
+        self._buffered_rows = 0
+        self.buffered_bytes = 0
+        self._pending: Future[None] | None = None
+        self._writer: pq.ParquetWriter | None = None
+        self._sink: pa.NativeFile | None = None
+        self._path: str | None = None
+        self._chunks: list[tuple[dict[str, list[Any]], int]] = []
+        self._hook_chunks: list[pa.Table] = []
+        self._rows = 0
+        self.written: list[str] = []  # absolute paths, for cleanup
+        self.files: list[NewFile] = []
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        if batch.num_rows == 0:
+            return
+        self._buffer.append(batch)
+        self._buffered_rows += batch.num_rows
+        self.buffered_bytes += batch.nbytes
+        if self._buffered_rows >= self.target.options.row_group_rows:
+            self.flush()
+
+    def flush(self) -> None:
+        """Hand the buffered rows to the write pool (waiting for this writer's last flush)."""
+        if not self._buffer:
+            return
+        table = pa.Table.from_batches(self._buffer)
+        self._buffer, self._buffered_rows, self.buffered_bytes = [], 0, 0
+        self._wait()
+        self._pending = shared_executor().submit(self._write_table, table)
+
+    def _wait(self) -> None:
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            pending.result()
+
+    def _open(self) -> None:
+        name = f"{uuid.uuid4().hex}.parquet"
+        rel = f"{self.directory}/{name}" if self.directory else name
+        self._path = rel
+        abs_path = self.target.storage.join(self.target.location, rel)
+        self.written.append(abs_path)
+        self._sink = self.target.storage.open_output(abs_path)
+        opts = self.target.options
+        self._writer = pq.ParquetWriter(
+            self._sink, self.target.schema, compression=opts.compression,
+            compression_level=opts.compression_level, write_statistics=True,
+        )
+
+    def _write_table(self, table: pa.Table) -> None:
+        rg = self.target.options.row_group_rows
+        for start in range(0, table.num_rows, rg):
+            self._write_row_group(table.slice(start, rg))
+
+    def _write_row_group(self, table: pa.Table) -> None:
+        if self._writer is None:
+            self._open()
+        assert self._writer is not None and self._sink is not None
+        self._writer.write_table(table, row_group_size=table.num_rows)
+        self._chunks.append((column_stats(table, self.target.schema), table.num_rows))
+        if self.file_hook is not None:
+            self._hook_chunks.append(table)
+        self._rows += table.num_rows
+        if self._sink.tell() >= self.target.options.target_file_bytes:
+            self._close_file()
+
+    def _close_file(self) -> None:
+        if self._writer is None:
+            return
+        assert self._sink is not None and self._path is not None
+        self._writer.close()
+        size = self._sink.tell()
+        self._sink.close()
+        extra = self.file_hook(pa.concat_tables(self._hook_chunks)) if self.file_hook else {}
+        self.files.append(NewFile(
+            path=self._path, schema_id=self.target.schema_id, row_count=self._rows,
+            file_size=size, stats=json.dumps(merge_stats(self._chunks), separators=(",", ":")),
+            partition_path=self.partition_path, partition_values=self.partition_values,
+            bucket=self.bucket, **extra,
+        ))
+        self._writer = self._sink = self._path = None
+        self._chunks, self._hook_chunks, self._rows = [], [], 0
+
+    def close(self) -> list[NewFile]:
+        self.flush()
+        self._wait()
+        self._close_file()
+        return self.files
+
+    def abort(self) -> None:
+        try:
+            self._wait()
+        except Exception:  # noqa: BLE001 - the original error is what the caller reports
+            pass
+        try:
+            if self._writer is not None:
+                self._writer.close()
+            if self._sink is not None:
+                self._sink.close()
+        except Exception:  # noqa: BLE001
+            pass
+        self.target.storage.delete(self.written)
+
+
+def split_by_columns(
+    batch: pa.RecordBatch, columns: Sequence[str]
+) -> list[tuple[tuple[pa.Scalar, ...], pa.RecordBatch]]:
+    """Split ``batch`` into groups of equal values in ``columns`` (vectorized).
+
+    Returns ``(the group's values, rows)`` per group. Few groups are cut out with masks; many are
+    cut from one sort by group code.
+    """
+    if not columns:
+        return [((), batch)]
+    codes: pa.Array | None = None
+    for name in columns:
+        enc = pc.dictionary_encode(batch.column(name), null_encoding="encode")
+        idx = enc.indices.cast(pa.int64())
+        codes = idx if codes is None else pc.add(pc.multiply(codes, len(enc.dictionary)), idx)
+    assert codes is not None
+    unique = pc.unique(codes)
+    groups: list[tuple[tuple[pa.Scalar, ...], pa.RecordBatch]] = []
+    if len(unique) == 1:
+        parts = [batch]
+    elif len(unique) <= 8:
+        parts = [batch.filter(pc.equal(codes, code)) for code in unique]
+    else:
+        order = pc.sort_indices(codes)
+        sorted_batch = batch.take(order)
+        sorted_codes = codes.take(order)
+        change = pc.not_equal(sorted_codes[1:], sorted_codes[:-1])
+        starts = [0] + [int(i) + 1 for i in pc.indices_nonzero(change).to_pylist()]
+        ends = starts[1:] + [batch.num_rows]
+        parts = [sorted_batch.slice(s, e - s) for s, e in zip(starts, ends, strict=True)]
+    for part in parts:
+        groups.append((tuple(part.column(name)[0] for name in columns), part))
+    return groups
+
+
+class FileSetWriter:
+    """Writes a stream of batches of one table into files, one writer per partition."""
+
+    def __init__(self, target: FileTarget, partition_by: Sequence[str] = (),
+                 *, directory: str = "data") -> None:
+        self.target = target
+        self.partition_by = list(partition_by)
+        self.directory = directory
+        self._writers: dict[tuple[Any, ...], DataFileWriter] = {}
+
+    def _writer_for(self, values: tuple[pa.Scalar, ...]) -> DataFileWriter:
+        key = tuple(encode_scalar(v) for v in values)
+        writer = self._writers.get(key)
+        if writer is None:
+            shown = [v.as_py() if v.is_valid else None for v in values]
+            ppath = partition_path(self.partition_by, shown) if self.partition_by else None
+            directory = f"{self.directory}/{ppath}" if ppath else self.directory
+            writer = DataFileWriter(
+                self.target, directory, partition_path=ppath,
+                partition_values=json.dumps(list(key)) if self.partition_by else None)
+            self._writers[key] = writer
+        return writer
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        for key, part in split_by_columns(batch, self.partition_by):
+            self._writer_for(key).write(part)
+        if sum(w.buffered_bytes for w in self._writers.values()) > self.target.options.buffer_bytes:
+            for w in self._writers.values():
+                w.flush()
+
+    def close(self) -> list[NewFile]:
+        files: list[NewFile] = []
+        for w in self._writers.values():
+            w.flush()
+        for w in self._writers.values():
+            files.extend(w.close())
+        return files
+
+    def abort(self) -> None:
+        for w in self._writers.values():
+            w.abort()
+
+
+def write_batches(target: FileTarget, batches: Iterable[pa.RecordBatch],
+                  partition_by: Sequence[str] = ()) -> list[NewFile]:
+    """Write all ``batches`` and return the files; on any error, delete them and re-raise."""
+    writer = FileSetWriter(target, partition_by)
+    try:
+        for batch in batches:
+            writer.write(batch)
+        return writer.close()
+    except BaseException:
+        writer.abort()
+        raise

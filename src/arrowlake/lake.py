@@ -1,0 +1,217 @@
+"""A lake: a metastore plus a warehouse location where tables keep their files."""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from arrowlake.errors import InvalidName, SchemaMismatch, ValidationError
+from arrowlake.io.storage import Storage, normalize_location, split_scheme, storage_for
+from arrowlake.metastore.store import Metastore
+from arrowlake.schema import assign_field_ids, find_field, validate_schema
+from arrowlake.table.table import Table
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_\-]{0,127}$")
+DEFAULT_NAMESPACE = "default"
+
+_PARTITION_TYPES = "integers, strings, dates, timestamps, booleans and decimals"
+
+
+def parse_table_name(name: str) -> tuple[str, str]:
+    """``"ns.table"`` (or ``"table"`` in the default namespace) as ``(namespace, table)``."""
+    if not isinstance(name, str):
+        raise InvalidName(f"Table names are strings like 'shop.orders', got {name!r}")
+    parts = name.split(".")
+    if len(parts) == 1:
+        parts = [DEFAULT_NAMESPACE, parts[0]]
+    if len(parts) != 2 or not all(_NAME.match(p) for p in parts):
+        raise InvalidName(
+            f"Invalid table name {name!r}: use 'namespace.table', each part of letters, digits, "
+            "'_' or '-' (at most 128, not starting with '-'); '/', '..', quotes and spaces are "
+            "not allowed")
+    return parts[0], parts[1]
+
+
+def _check_partition_by(schema: pa.Schema, partition_by: Sequence[str]) -> None:
+    for name in partition_by:
+        field = find_field(schema, name)
+        t = field.type
+        ok = (pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t)
+              or pa.types.is_date(t) or pa.types.is_timestamp(t) or pa.types.is_boolean(t)
+              or pa.types.is_decimal(t))
+        if not ok:
+            raise SchemaMismatch(
+                f"Cannot partition by '{name}' of type {t}: partition columns may be "
+                f"{_PARTITION_TYPES}")
+    if len(set(partition_by)) != len(partition_by):
+        raise ValidationError(f"partition_by repeats columns: {list(partition_by)}")
+
+
+class Lake:
+    """Namespaces and tables in one metastore. Create with :func:`arrowlake.connect`."""
+
+    def __init__(self, metastore: Metastore, warehouse: str,
+                 storage_options: Mapping[str, Any] | None = None) -> None:
+        self.metastore = metastore
+        self.warehouse = normalize_location(warehouse)
+        self.storage_options = dict(storage_options or {})
+        self._storages: dict[str, Storage] = {}
+
+    def __repr__(self) -> str:
+        return f"<arrowlake.Lake warehouse={self.warehouse!r} metastore={self.metastore.dialect}>"
+
+    def close(self) -> None:
+        self.metastore.close()
+
+    def __enter__(self) -> Lake:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def storage_for(self, location: str) -> Storage:
+        scheme, rest = split_scheme(location)
+        key = scheme if scheme == "file" else f"{scheme}://{rest.split('/', 1)[0]}"
+        storage = self._storages.get(key)
+        if storage is None:
+            storage = storage_for(location, self.storage_options)
+            self._storages[key] = storage
+        return storage
+
+    # -- namespaces ----------------------------------------------------------------------------
+
+    def namespaces(self) -> list[str]:
+        return self.metastore.namespaces()
+
+    def create_namespace(self, name: str) -> None:
+        if not _NAME.match(name):
+            raise InvalidName(f"Invalid namespace name {name!r}")
+        self.metastore.create_namespace(name)
+
+    def drop_namespace(self, name: str) -> None:
+        self.metastore.drop_namespace(name)
+
+    # -- tables --------------------------------------------------------------------------------
+
+    def tables(self, namespace: str | None = None) -> list[str]:
+        """Names (``ns.table``) of the tables, of one namespace or all."""
+        return [f"{ns}.{name}" for ns, name in self.metastore.list_tables(namespace)]
+
+    def table(self, name: str) -> Table:
+        ns, tbl = parse_table_name(name)
+        return Table(self, self.metastore.load_table(ns, tbl))
+
+    def table_exists(self, name: str) -> bool:
+        from arrowlake.errors import TableNotFound
+
+        try:
+            self.table(name)
+        except TableNotFound:
+            return False
+        return True
+
+    def create_table(
+        self,
+        name: str,
+        schema: pa.Schema,
+        *,
+        partition_by: Sequence[str] = (),
+        primary_key: Sequence[str] = (),
+        buckets: int | None = None,
+        properties: Mapping[str, Any] | None = None,
+        location: str | None = None,
+        exist_ok: bool = False,
+        **options: Any,
+    ) -> Table:
+        """Create a table. ``properties`` tune writes (``write.target-file-size``, ...)."""
+        ns, tbl = parse_table_name(name)
+        if exist_ok and self.table_exists(name):
+            return self.table(name)
+        if not isinstance(schema, pa.Schema):
+            raise ValidationError(f"schema must be a pyarrow.Schema, got {type(schema).__name__}")
+        validate_schema(schema)
+        partition_by = [partition_by] if isinstance(partition_by, str) else list(partition_by)
+        primary_key = [primary_key] if isinstance(primary_key, str) else list(primary_key)
+        _check_partition_by(schema, partition_by)
+        props = {str(k): str(v) for k, v in (properties or {}).items()}
+        if primary_key or options:
+            from arrowlake.table.primary_key import validate_pk_options
+
+            schema, buckets, props = validate_pk_options(schema, primary_key, partition_by,
+                                                         buckets, props, options)
+        with_ids, next_id = assign_field_ids(schema)
+        if location is None:
+            location = self.storage_for(self.warehouse).join(
+                self.warehouse, ns, f"{tbl}-{uuid.uuid4().hex[:8]}")
+        else:
+            location = normalize_location(location)
+        record = self.metastore.create_table(
+            ns, tbl, location=location, schema=with_ids, last_field_id=next_id - 1,
+            partition_by=partition_by, primary_key=primary_key, buckets=buckets,
+            properties=props)
+        return Table(self, record)
+
+    def drop_table(self, name: str, purge: bool = False) -> None:
+        """Drop a table from the metastore; with ``purge`` also delete its files."""
+        table = self.table(name)
+        storage = table._storage
+        self.metastore.drop_table(table._record.table_id)
+        if purge:
+            storage.delete([f.path for f in storage.list_files(table.location)])
+
+    def rename_table(self, old: str, new: str) -> Table:
+        table = self.table(old)
+        ns, tbl = parse_table_name(new)
+        self.metastore.rename_table(table._record.table_id, ns, tbl)
+        return self.table(new)
+
+    def from_pandas(self, name: str, df: pd.DataFrame, schema: Any = None,
+                    splits_num: int | None = None, **create_table_options: Any) -> Table:
+        """Create a table from a DataFrame in one call, written as ``splits_num`` files.
+
+        ``schema`` is None (inferred), a ``pa.Schema`` (used as is), a list of column names
+        (types inferred) or a list of Arrow types (names from the DataFrame). ``splits_num``
+        defaults to the number of CPU cores.
+        """
+        from arrowlake.integrations.pandas import from_pandas
+
+        return from_pandas(self, name, df, schema=schema, splits_num=splits_num,
+                           **create_table_options)
+
+
+def connect(uri: str | os.PathLike[str], *, warehouse: str | None = None,
+            storage_options: Mapping[str, Any] | None = None,
+            commit_retries: int = 100) -> Lake:
+    """Open (creating if needed) a lake.
+
+    ``connect("./lake")`` keeps an SQLite metastore at ``./lake/arrowlake.db`` and data files
+    under ``./lake``. ``connect("postgresql://user@host/db", warehouse="s3://bucket/lake")`` or
+    ``connect("sqlite:///meta.db", warehouse="/data/lake")`` separate the two.
+
+    >>> import arrowlake as al
+    >>> lake = al.connect("/tmp/doctest-lake")
+    >>> lake.warehouse
+    '/tmp/doctest-lake'
+    """
+    text = os.fspath(uri)
+    if "://" in text and not text.startswith("file://"):
+        if warehouse is None:
+            raise ValidationError(
+                f"connect({text!r}) needs warehouse=: the location (path or s3://...) where "
+                "tables keep their data files")
+        url = text
+        wh = warehouse
+    else:
+        path = normalize_location(text)
+        os.makedirs(path, exist_ok=True)
+        url = f"sqlite:///{os.path.join(path, 'arrowlake.db')}"
+        wh = warehouse or path
+    return Lake(Metastore(url, commit_retries=commit_retries), wh, storage_options)

@@ -1,0 +1,642 @@
+"""The SQL metastore: namespaces, tables, schemas, snapshots, files and tags as database rows.
+
+One :class:`Metastore` wraps one SQLAlchemy engine. A commit is one database transaction that
+checks for conflicts and records a snapshot and its files; see :meth:`Metastore.commit`.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+
+from arrowlake import schema as schemas_mod
+from arrowlake.errors import (
+    CommitConflict,
+    MetastoreError,
+    NamespaceNotFound,
+    SnapshotNotFound,
+    TableAlreadyExists,
+    TableNotFound,
+    TagNotFound,
+)
+from arrowlake.metastore import tables as t
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True)
+class TableRecord:
+    table_id: int
+    namespace: str
+    name: str
+    location: str
+    current_schema_id: int
+    current_snapshot_id: int | None
+    last_field_id: int
+    partition_by: tuple[str, ...]
+    primary_key: tuple[str, ...]
+    buckets: int | None
+    properties: dict[str, str]
+    created_at: int
+
+    @property
+    def full_name(self) -> str:
+        return f"{self.namespace}.{self.name}"
+
+
+@dataclass(frozen=True)
+class NewFile:
+    """A data file written by a writer, to be recorded by a commit."""
+
+    path: str  # relative to the table location
+    schema_id: int
+    row_count: int
+    file_size: int
+    stats: str = "{}"
+    partition_path: str | None = None
+    partition_values: str | None = None  # JSON, see arrowlake.io.stats
+    bucket: int | None = None
+    content: str = "data"
+    key_min: str | None = None
+    key_max: str | None = None
+    seq_min: int | None = None
+    seq_max: int | None = None
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    snapshot_id: int | None
+    attempts: int = 1
+    duplicate: bool = False  # a snapshot with the same commit id existed already
+
+
+@dataclass(frozen=True)
+class SnapshotChange:
+    """What one commit does, described as data (so it can be retried on a new base)."""
+
+    kind: str
+    schema_id: int
+    add: Sequence[NewFile] = ()
+    remove: Sequence[int] = ()  # file ids
+    removed_rows: int = 0
+    commit_id: str | None = None
+    summary: dict[str, Any] = field(default_factory=dict)
+    # Called inside the transaction when other commits landed after ``base``; gets the files they
+    # added and raises CommitConflict if this change can no longer be applied on top of them.
+    on_rebase: Callable[[pa.Table], None] | None = None
+
+
+FILE_COLUMNS = (
+    "file_id", "path", "partition_id", "bucket", "added_snapshot", "removed_snapshot",
+    "schema_id", "row_count", "file_size", "content", "stats", "key_min", "key_max",
+    "seq_min", "seq_max",
+)
+_FILE_TYPES = {
+    "file_id": pa.int64(), "path": pa.string(), "partition_id": pa.int64(),
+    "bucket": pa.int32(), "added_snapshot": pa.int64(), "removed_snapshot": pa.int64(),
+    "schema_id": pa.int32(), "row_count": pa.int64(), "file_size": pa.int64(),
+    "content": pa.string(), "stats": pa.string(), "key_min": pa.string(),
+    "key_max": pa.string(), "seq_min": pa.int64(), "seq_max": pa.int64(),
+}
+FILE_SCHEMA = pa.schema([(c, _FILE_TYPES[c]) for c in FILE_COLUMNS])
+
+
+def _rows_to_table(rows: Sequence[Sequence[Any]], schema: pa.Schema) -> pa.Table:
+    # Transposing with zip keeps the per-row work inside the interpreter's C code.
+    columns = list(zip(*rows, strict=True)) if rows else [() for _ in schema]
+    return pa.table([pa.array(c, type=f.type) for c, f in zip(columns, schema, strict=True)],
+                    schema=schema)
+
+
+def _make_engine(url: str) -> Engine:
+    if url.startswith("postgresql://") or url.startswith("postgres://"):
+        url = "postgresql+psycopg://" + url.split("://", 1)[1]
+    if url.startswith("sqlite"):
+        engine = sa.create_engine(url, connect_args={"timeout": 120})
+
+        @sa.event.listens_for(engine, "connect")
+        def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+            # Take transaction control from the driver so BEGIN IMMEDIATE can be issued: a
+            # writer then holds the write lock from its first read, and two writers never
+            # deadlock upgrading shared locks.
+            dbapi_conn.isolation_level = None
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=FULL")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.close()
+
+        @sa.event.listens_for(engine, "begin")
+        def _on_begin(conn: Connection) -> None:
+            write = conn.get_execution_options().get("arrowlake_write", False)
+            conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+        return engine
+    return sa.create_engine(url, pool_pre_ping=True)
+
+
+class Metastore:
+    """Namespaces, tables, snapshots and files in a SQL database."""
+
+    def __init__(self, url: str, *, commit_retries: int = 100) -> None:
+        self.url = url
+        self.engine = _make_engine(url)
+        self.commit_retries = commit_retries
+        self._schema_cache: dict[tuple[int, int], pa.Schema] = {}
+        self._init_database()
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # -- connections ---------------------------------------------------------------------------
+
+    @contextmanager
+    def _read(self) -> Iterator[Connection]:
+        with self.engine.connect() as conn:
+            yield conn
+
+    @contextmanager
+    def _write(self) -> Iterator[Connection]:
+        with self.engine.connect().execution_options(arrowlake_write=True) as conn:
+            with conn.begin():
+                yield conn
+
+    def _init_database(self) -> None:
+        for attempt in range(20):
+            try:
+                with self._write() as conn:
+                    t.metadata.create_all(conn, checkfirst=True)
+                    row = conn.execute(
+                        sa.select(t.meta_info.c.value).where(t.meta_info.c.key == "version")
+                    ).first()
+                    if row is None:
+                        conn.execute(t.meta_info.insert().values(key="version",
+                                                                 value=str(t.SCHEMA_VERSION)))
+                        return
+                    version = int(row[0])
+                break
+            except (IntegrityError, OperationalError, DBAPIError):
+                # Another process is creating the same tables right now.
+                if attempt == 19:
+                    raise
+                time.sleep(0.05 * (attempt + 1))
+        if version > t.SCHEMA_VERSION:
+            raise MetastoreError(
+                f"The metastore at {self.engine.url!r} has schema version {version}, newer than "
+                f"this arrowlake understands ({t.SCHEMA_VERSION}): upgrade arrowlake"
+            )
+
+    # -- namespaces ----------------------------------------------------------------------------
+
+    def create_namespace(self, name: str, *, exist_ok: bool = True,
+                         properties: dict[str, str] | None = None) -> None:
+        try:
+            with self._write() as conn:
+                exists = conn.execute(
+                    sa.select(t.namespaces.c.name).where(t.namespaces.c.name == name)
+                ).first()
+                if exists is not None:
+                    if not exist_ok:
+                        raise TableAlreadyExists(f"Namespace '{name}' exists already")
+                    return
+                conn.execute(t.namespaces.insert().values(
+                    name=name, properties=json.dumps(properties or {}), created_at=now_ms()))
+        except IntegrityError:
+            if not exist_ok:
+                raise TableAlreadyExists(f"Namespace '{name}' exists already") from None
+
+    def namespaces(self) -> list[str]:
+        with self._read() as conn:
+            rows = conn.execute(sa.select(t.namespaces.c.name).order_by(t.namespaces.c.name))
+            return [r[0] for r in rows]
+
+    def drop_namespace(self, name: str) -> None:
+        with self._write() as conn:
+            count = conn.execute(
+                sa.select(sa.func.count()).select_from(t.tables)
+                .where(t.tables.c.namespace == name)
+            ).scalar_one()
+            if count:
+                raise MetastoreError(
+                    f"Namespace '{name}' still holds {count} tables: drop them first"
+                )
+            res = conn.execute(t.namespaces.delete().where(t.namespaces.c.name == name))
+            if res.rowcount == 0:
+                raise NamespaceNotFound(f"Namespace '{name}' does not exist")
+
+    # -- tables --------------------------------------------------------------------------------
+
+    def create_table(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        location: str,
+        schema: pa.Schema,
+        last_field_id: int,
+        partition_by: Sequence[str] = (),
+        primary_key: Sequence[str] = (),
+        buckets: int | None = None,
+        properties: dict[str, str] | None = None,
+    ) -> TableRecord:
+        self.create_namespace(namespace)
+        created = now_ms()
+        try:
+            with self._write() as conn:
+                exists = conn.execute(
+                    sa.select(t.tables.c.table_id).where(
+                        (t.tables.c.namespace == namespace) & (t.tables.c.name == name))
+                ).first()
+                if exists is not None:
+                    raise TableAlreadyExists(f"Table '{namespace}.{name}' exists already")
+                table_id = conn.execute(t.tables.insert().values(
+                    namespace=namespace, name=name, location=location, current_schema_id=0,
+                    current_snapshot_id=None, last_snapshot_id=0, last_field_id=last_field_id,
+                    partition_by=json.dumps(list(partition_by)),
+                    primary_key=json.dumps(list(primary_key)), buckets=buckets,
+                    properties=json.dumps(properties or {}), created_at=created,
+                )).inserted_primary_key[0]
+                conn.execute(t.schemas.insert().values(
+                    table_id=table_id, schema_id=0, arrow_schema=schemas_mod.serialize(schema),
+                    created_at=created))
+        except IntegrityError:
+            raise TableAlreadyExists(f"Table '{namespace}.{name}' exists already") from None
+        return self.load_table(namespace, name)
+
+    @staticmethod
+    def _record(row: Any) -> TableRecord:
+        return TableRecord(
+            table_id=row.table_id, namespace=row.namespace, name=row.name, location=row.location,
+            current_schema_id=row.current_schema_id, current_snapshot_id=row.current_snapshot_id,
+            last_field_id=row.last_field_id, partition_by=tuple(json.loads(row.partition_by)),
+            primary_key=tuple(json.loads(row.primary_key)), buckets=row.buckets,
+            properties=json.loads(row.properties), created_at=row.created_at,
+        )
+
+    def load_table(self, namespace: str, name: str) -> TableRecord:
+        with self._read() as conn:
+            row = conn.execute(sa.select(t.tables).where(
+                (t.tables.c.namespace == namespace) & (t.tables.c.name == name))).first()
+        if row is None:
+            raise TableNotFound(f"Table '{namespace}.{name}' does not exist")
+        return self._record(row)
+
+    def load_table_by_id(self, table_id: int) -> TableRecord:
+        with self._read() as conn:
+            row = conn.execute(sa.select(t.tables).where(t.tables.c.table_id == table_id)).first()
+        if row is None:
+            raise TableNotFound(f"Table with id {table_id} does not exist (dropped?)")
+        return self._record(row)
+
+    def list_tables(self, namespace: str | None = None) -> list[tuple[str, str]]:
+        query = sa.select(t.tables.c.namespace, t.tables.c.name).order_by(
+            t.tables.c.namespace, t.tables.c.name)
+        if namespace is not None:
+            query = query.where(t.tables.c.namespace == namespace)
+        with self._read() as conn:
+            return [(r[0], r[1]) for r in conn.execute(query)]
+
+    def drop_table(self, table_id: int) -> None:
+        with self._write() as conn:
+            for tbl in (t.files, t.partitions, t.tags, t.snapshots, t.schemas):
+                conn.execute(tbl.delete().where(tbl.c.table_id == table_id))
+            conn.execute(t.tables.delete().where(t.tables.c.table_id == table_id))
+
+    def rename_table(self, table_id: int, namespace: str, name: str) -> None:
+        self.create_namespace(namespace)
+        try:
+            with self._write() as conn:
+                conn.execute(t.tables.update().where(t.tables.c.table_id == table_id)
+                             .values(namespace=namespace, name=name))
+        except IntegrityError:
+            raise TableAlreadyExists(f"Table '{namespace}.{name}' exists already") from None
+
+    def set_properties(self, table_id: int, properties: dict[str, str]) -> None:
+        with self._write() as conn:
+            conn.execute(t.tables.update().where(t.tables.c.table_id == table_id)
+                         .values(properties=json.dumps(properties)))
+
+    # -- schemas -------------------------------------------------------------------------------
+
+    def schema(self, table_id: int, schema_id: int) -> pa.Schema:
+        key = (table_id, schema_id)
+        cached = self._schema_cache.get(key)
+        if cached is None:
+            with self._read() as conn:
+                data = conn.execute(sa.select(t.schemas.c.arrow_schema).where(
+                    (t.schemas.c.table_id == table_id) & (t.schemas.c.schema_id == schema_id)
+                )).scalar_one()
+            cached = schemas_mod.deserialize(data)
+            self._schema_cache[key] = cached
+        return cached
+
+    def add_schema(self, table_id: int, schema: pa.Schema, *, expected_schema_id: int,
+                   last_field_id: int) -> int:
+        """Make ``schema`` the table's current schema, if it is still at ``expected_schema_id``."""
+        with self._write() as conn:
+            new_id = conn.execute(sa.select(sa.func.max(t.schemas.c.schema_id)).where(
+                t.schemas.c.table_id == table_id)).scalar_one() + 1
+            res = conn.execute(
+                t.tables.update()
+                .where((t.tables.c.table_id == table_id)
+                       & (t.tables.c.current_schema_id == expected_schema_id))
+                .values(current_schema_id=new_id, last_field_id=last_field_id))
+            if res.rowcount != 1:
+                raise CommitConflict(
+                    "The table's schema was changed by another writer meanwhile; reload the "
+                    "table and apply the change again")
+            conn.execute(t.schemas.insert().values(
+                table_id=table_id, schema_id=new_id, arrow_schema=schemas_mod.serialize(schema),
+                created_at=now_ms()))
+        return int(new_id)
+
+    # -- snapshots -----------------------------------------------------------------------------
+
+    _SNAPSHOT_COLUMNS = ("snapshot_id", "parent_id", "kind", "committed_at", "schema_id",
+                         "commit_id", "added_files", "removed_files", "added_rows",
+                         "removed_rows", "total_files", "total_rows", "summary")
+
+    def snapshots(self, table_id: int) -> pa.Table:
+        cols = [t.snapshots.c[c] for c in self._SNAPSHOT_COLUMNS]
+        with self._read() as conn:
+            rows = conn.execute(sa.select(*cols).where(t.snapshots.c.table_id == table_id)
+                                .order_by(t.snapshots.c.snapshot_id)).all()
+        schema = pa.schema([
+            ("snapshot_id", pa.int64()), ("parent_id", pa.int64()), ("kind", pa.string()),
+            ("committed_at", pa.int64()), ("schema_id", pa.int32()), ("commit_id", pa.string()),
+            ("added_files", pa.int64()), ("removed_files", pa.int64()),
+            ("added_rows", pa.int64()), ("removed_rows", pa.int64()),
+            ("total_files", pa.int64()), ("total_rows", pa.int64()), ("summary", pa.string()),
+        ])
+        table = _rows_to_table(rows, schema)
+        committed = table.column("committed_at").cast(pa.timestamp("ms", tz="UTC"))
+        return table.set_column(3, pa.field("committed_at", committed.type), committed)
+
+    def snapshot(self, table_id: int, snapshot_id: int) -> dict[str, Any]:
+        with self._read() as conn:
+            row = conn.execute(sa.select(t.snapshots).where(
+                (t.snapshots.c.table_id == table_id)
+                & (t.snapshots.c.snapshot_id == snapshot_id))).first()
+        if row is None:
+            raise SnapshotNotFound(
+                f"Snapshot {snapshot_id} does not exist (never committed, or expired)")
+        return dict(row._mapping)
+
+    def snapshot_as_of(self, table_id: int, at_ms: int) -> int:
+        with self._read() as conn:
+            snap = conn.execute(
+                sa.select(sa.func.max(t.snapshots.c.snapshot_id)).where(
+                    (t.snapshots.c.table_id == table_id) & (t.snapshots.c.committed_at <= at_ms))
+            ).scalar_one()
+        if snap is None:
+            raise SnapshotNotFound(
+                "The table has no snapshot committed at or before that time (it was empty, or "
+                "older snapshots were expired)")
+        return int(snap)
+
+    def current_snapshot_id(self, table_id: int) -> int | None:
+        with self._read() as conn:
+            row = conn.execute(sa.select(t.tables.c.current_snapshot_id).where(
+                t.tables.c.table_id == table_id)).first()
+        if row is None:
+            raise TableNotFound(f"Table with id {table_id} does not exist (dropped?)")
+        return None if row[0] is None else int(row[0])
+
+    # -- tags ----------------------------------------------------------------------------------
+
+    def create_tag(self, table_id: int, name: str, snapshot_id: int) -> None:
+        self.snapshot(table_id, snapshot_id)
+        try:
+            with self._write() as conn:
+                conn.execute(t.tags.insert().values(table_id=table_id, name=name,
+                                                    snapshot_id=snapshot_id,
+                                                    created_at=now_ms()))
+        except IntegrityError:
+            raise TableAlreadyExists(f"Tag '{name}' exists already") from None
+
+    def tag(self, table_id: int, name: str) -> int:
+        with self._read() as conn:
+            row = conn.execute(sa.select(t.tags.c.snapshot_id).where(
+                (t.tags.c.table_id == table_id) & (t.tags.c.name == name))).first()
+        if row is None:
+            raise TagNotFound(f"Tag '{name}' does not exist")
+        return int(row[0])
+
+    def tags(self, table_id: int) -> dict[str, int]:
+        with self._read() as conn:
+            rows = conn.execute(sa.select(t.tags.c.name, t.tags.c.snapshot_id).where(
+                t.tags.c.table_id == table_id).order_by(t.tags.c.name))
+            return {r[0]: int(r[1]) for r in rows}
+
+    def drop_tag(self, table_id: int, name: str) -> None:
+        with self._write() as conn:
+            res = conn.execute(t.tags.delete().where(
+                (t.tags.c.table_id == table_id) & (t.tags.c.name == name)))
+        if res.rowcount == 0:
+            raise TagNotFound(f"Tag '{name}' does not exist")
+
+    # -- files ---------------------------------------------------------------------------------
+
+    def partitions(self, table_id: int) -> list[tuple[int, str, str]]:
+        """``(partition_id, path, values_json)`` for every partition the table ever had."""
+        with self._read() as conn:
+            rows = conn.execute(sa.select(
+                t.partitions.c.partition_id, t.partitions.c.path,
+                t.partitions.c.partition_values).where(t.partitions.c.table_id == table_id)
+                .order_by(t.partitions.c.partition_id))
+            return [(int(r[0]), r[1], r[2]) for r in rows]
+
+    def live_files(self, table_id: int, snapshot_id: int | None,
+                   partition_ids: Sequence[int] | None = None,
+                   buckets: Sequence[int] | None = None) -> pa.Table:
+        """The data files of ``snapshot_id`` as an Arrow table (:data:`FILE_SCHEMA`)."""
+        if snapshot_id is None:
+            return FILE_SCHEMA.empty_table()
+        c = t.files.c
+        query = sa.select(*[c[n] for n in FILE_COLUMNS]).where(
+            (c.table_id == table_id) & (c.added_snapshot <= snapshot_id)
+            & ((c.removed_snapshot.is_(None)) | (c.removed_snapshot > snapshot_id)))
+        if partition_ids is not None:
+            if not partition_ids:
+                return FILE_SCHEMA.empty_table()
+            query = query.where(c.partition_id.in_(list(partition_ids)))
+        if buckets is not None:
+            query = query.where(c.bucket.in_(list(buckets)))
+        with self._read() as conn:
+            rows = conn.execute(query.order_by(c.file_id)).all()
+        return _rows_to_table(rows, FILE_SCHEMA)
+
+    def files_added_between(self, conn: Connection | None, table_id: int, after: int | None,
+                            upto: int) -> pa.Table:
+        """Files added by snapshots in ``(after, upto]``, removed since or not."""
+        c = t.files.c
+        query = sa.select(*[c[n] for n in FILE_COLUMNS]).where(
+            (c.table_id == table_id) & (c.added_snapshot <= upto))
+        if after is not None:
+            query = query.where(c.added_snapshot > after)
+        if conn is None:
+            with self._read() as own:
+                rows = own.execute(query.order_by(c.file_id)).all()
+        else:
+            rows = conn.execute(query.order_by(c.file_id)).all()
+        return _rows_to_table(rows, FILE_SCHEMA)
+
+    def all_file_paths(self, table_id: int) -> list[str]:
+        """Every file any retained snapshot may read (live or removed but not yet expired)."""
+        with self._read() as conn:
+            rows = conn.execute(sa.select(t.files.c.path).where(t.files.c.table_id == table_id))
+            return [r[0] for r in rows]
+
+    # -- commits -------------------------------------------------------------------------------
+
+    def commit(self, table_id: int, base_snapshot_id: int | None,
+               change: SnapshotChange) -> CommitResult:
+        """Record ``change`` as the table's next snapshot, atomically.
+
+        Runs one transaction: if other commits landed after ``base_snapshot_id``, the change is
+        rebased (``on_rebase`` decides whether that is allowed); files to remove must still be
+        live, else :class:`CommitConflict`; then the snapshot row, its file rows and the table's
+        current snapshot are written. A lost race (two writers taking the same snapshot id) is
+        detected by the snapshots primary key and the compare-and-set on ``al_tables``, and
+        retried with backoff.
+        """
+        attempts = 0
+        while True:
+            attempts += 1
+            try:
+                with self._write() as conn:
+                    result = self._commit_once(conn, table_id, base_snapshot_id, change)
+                return CommitResult(result[0], attempts, result[1])
+            except CommitConflict:
+                raise
+            except (IntegrityError, OperationalError, _LostRace) as exc:
+                if attempts >= self.commit_retries:
+                    raise CommitConflict(
+                        f"Gave up committing to table {table_id} after {attempts} attempts: "
+                        f"{exc}") from exc
+                time.sleep(min(0.5, 0.002 * 2 ** min(attempts, 8)) * random.random())
+
+    def _commit_once(self, conn: Connection, table_id: int, base: int | None,
+                     change: SnapshotChange) -> tuple[int, bool]:
+        tbl = t.tables.c
+        row = conn.execute(sa.select(tbl.current_snapshot_id, tbl.last_snapshot_id).where(
+            tbl.table_id == table_id).with_for_update()).first()
+        if row is None:
+            raise CommitConflict(f"Table {table_id} was dropped while the commit was prepared")
+        current, last = row[0], int(row[1])
+        if change.commit_id is not None:
+            dup = conn.execute(sa.select(t.snapshots.c.snapshot_id).where(
+                (t.snapshots.c.table_id == table_id)
+                & (t.snapshots.c.commit_id == change.commit_id))).first()
+            if dup is not None:
+                return int(dup[0]), True
+        if current != base and change.on_rebase is not None and current is not None:
+            change.on_rebase(self.files_added_between(conn, table_id, base, current))
+        new_id = last + 1
+        if change.remove:
+            res = conn.execute(
+                t.files.update()
+                .where((t.files.c.table_id == table_id)
+                       & t.files.c.file_id.in_(list(change.remove))
+                       & t.files.c.removed_snapshot.is_(None))
+                .values(removed_snapshot=new_id))
+            if res.rowcount != len(change.remove):
+                raise CommitConflict(
+                    f"Another commit removed {len(change.remove) - res.rowcount} of the files "
+                    f"this {change.kind} read; the table is unchanged. Retry the {change.kind} "
+                    "on the current snapshot.")
+        partition_ids = self._partition_ids(conn, table_id, change.add)
+        if change.add:
+            conn.execute(t.files.insert(), [
+                dict(table_id=table_id, path=f.path, partition_id=partition_ids.get(
+                    f.partition_path), bucket=f.bucket, added_snapshot=new_id,
+                    removed_snapshot=None, schema_id=f.schema_id, row_count=f.row_count,
+                    file_size=f.file_size, content=f.content, stats=f.stats, key_min=f.key_min,
+                    key_max=f.key_max, seq_min=f.seq_min, seq_max=f.seq_max)
+                for f in change.add])
+        totals = (0, 0)
+        if current is not None:
+            prev = conn.execute(sa.select(t.snapshots.c.total_files, t.snapshots.c.total_rows)
+                                .where((t.snapshots.c.table_id == table_id)
+                                       & (t.snapshots.c.snapshot_id == current))).first()
+            if prev is not None:
+                totals = (int(prev[0]), int(prev[1]))
+        added_rows = sum(f.row_count for f in change.add)
+        conn.execute(t.snapshots.insert().values(
+            table_id=table_id, snapshot_id=new_id, parent_id=current, kind=change.kind,
+            committed_at=now_ms(), schema_id=change.schema_id, commit_id=change.commit_id,
+            added_files=len(change.add), removed_files=len(change.remove),
+            added_rows=added_rows, removed_rows=change.removed_rows,
+            total_files=totals[0] + len(change.add) - len(change.remove),
+            total_rows=totals[1] + added_rows - change.removed_rows,
+            summary=json.dumps(change.summary)))
+        res = conn.execute(t.tables.update().where(
+            (tbl.table_id == table_id) & (tbl.last_snapshot_id == last)
+        ).values(current_snapshot_id=new_id, last_snapshot_id=new_id))
+        if res.rowcount != 1:
+            raise _LostRace("another writer committed snapshot %d first" % new_id)
+        return new_id, False
+
+    def _partition_ids(self, conn: Connection, table_id: int,
+                       add: Sequence[NewFile]) -> dict[str | None, int | None]:
+        wanted = {f.partition_path: f.partition_values for f in add if f.partition_path is not None}
+        ids: dict[str | None, int | None] = {None: None}
+        if not wanted:
+            return ids
+        c = t.partitions.c
+        paths = list(wanted)
+        for chunk_start in range(0, len(paths), 500):
+            chunk = paths[chunk_start:chunk_start + 500]
+            for pid, path in conn.execute(sa.select(c.partition_id, c.path).where(
+                    (c.table_id == table_id) & c.path.in_(chunk))):
+                ids[path] = int(pid)
+        missing = [p for p in paths if p not in ids]
+        for path in missing:
+            ids[path] = int(conn.execute(t.partitions.insert().values(
+                table_id=table_id, path=path, partition_values=wanted[path]
+            )).inserted_primary_key[0])
+        return ids
+
+    # -- maintenance ---------------------------------------------------------------------------
+
+    def expire_snapshots(self, table_id: int, expire: Sequence[int]) -> list[str]:
+        """Delete the given snapshots and the file rows only they read; return those paths.
+
+        Tagged snapshots are never expired. A file row is kept while a retained snapshot lies in
+        ``[added_snapshot, removed_snapshot)``; live files are never touched.
+        """
+        if not expire:
+            return []
+        s, c = t.snapshots.c, t.files.c
+        read_by_retained = sa.exists().where(
+            (s.table_id == c.table_id) & (s.snapshot_id >= c.added_snapshot)
+            & (s.snapshot_id < c.removed_snapshot))
+        unread = (c.table_id == table_id) & c.removed_snapshot.is_not(None) & ~read_by_retained
+        with self._write() as conn:
+            tagged = sa.select(t.tags.c.snapshot_id).where(t.tags.c.table_id == table_id)
+            conn.execute(t.snapshots.delete().where(
+                (s.table_id == table_id) & s.snapshot_id.in_(list(expire))
+                & s.snapshot_id.not_in(tagged)))
+            paths = [r[0] for r in conn.execute(sa.select(c.path).where(unread))]
+            conn.execute(t.files.delete().where(unread))
+        return paths
+
+
+class _LostRace(Exception):
+    pass

@@ -1,0 +1,155 @@
+"""Scan planning: from a snapshot and a filter to the files to read, then to splits.
+
+Pruning runs in three steps, each cheaper than the reading it saves: partitions are matched
+against the filter as a small Arrow table and only the matching partitions' files are fetched
+from SQL; file statistics (min/max/null counts) prune the remaining files, vectorized over all of
+them; Parquet row-group statistics are left to the reader. The exact filter is always applied to
+what is read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from arrowlake.expressions import AlwaysTrue, Expr, all_match, may_match, referenced_columns
+from arrowlake.io.stats import partition_table, stats_table
+from arrowlake.io.storage import Storage
+from arrowlake.metastore.store import Metastore, TableRecord
+from arrowlake.scan.split import FileTask, MergeSpec, Split
+
+# More partition ids than this are not sent to SQL as an IN list; files are filtered in Arrow.
+_MAX_SQL_PARTITIONS = 900
+
+
+@dataclass(frozen=True)
+class TableView:
+    """What planning needs to know about a table at one snapshot."""
+
+    metastore: Metastore
+    storage: Storage
+    record: TableRecord
+    snapshot_id: int | None
+    schema: pa.Schema  # the schema the snapshot is read in
+
+    @property
+    def location(self) -> str:
+        return self.record.location
+
+
+def _partition_ids(view: TableView, expr: Expr) -> list[int] | None:
+    """Ids of the partitions that may hold matching rows, or None when all may."""
+    part_cols = [c for c in view.record.partition_by]
+    refs = referenced_columns(expr)
+    if not part_cols or not refs & set(part_cols):
+        return None
+    rows = view.metastore.partitions(view.record.table_id)
+    if not rows:
+        return None
+    parts = partition_table(rows, view.schema, part_cols)
+    # Only the conjuncts on partition columns can be judged from partition values.
+    from arrowlake.expressions import and_all, conjuncts
+
+    on_parts = and_all([c for c in conjuncts(expr) if referenced_columns(c) <= set(part_cols)])
+    if isinstance(on_parts, AlwaysTrue):
+        return None
+    mask = may_match(on_parts, parts, view.schema)
+    ids = parts.column("partition_id").filter(mask)
+    if len(ids) == len(parts):
+        return None
+    return ids.to_pylist()  # type: ignore[no-any-return]
+
+
+def plan_files(view: TableView, expr: Expr) -> pa.Table:
+    """The live files of the snapshot that may hold rows matching ``expr``."""
+    part_ids = _partition_ids(view, expr)
+    if part_ids is not None and len(part_ids) > _MAX_SQL_PARTITIONS:
+        files = view.metastore.live_files(view.record.table_id, view.snapshot_id)
+        files = files.filter(pc.is_in(files.column("partition_id"), pa.array(part_ids, pa.int64())))
+    else:
+        files = view.metastore.live_files(view.record.table_id, view.snapshot_id, part_ids)
+    if isinstance(expr, AlwaysTrue) or files.num_rows == 0:
+        return files
+    stat_cols = [c for c in sorted(referenced_columns(expr)) if c in view.schema.names]
+    if not stat_cols:
+        return files
+    stats = file_stats(files, view.schema, stat_cols)
+    return files.filter(may_match(expr, stats, view.schema))
+
+
+def file_stats(files: pa.Table, schema: pa.Schema, columns: Sequence[str]) -> pa.Table:
+    return stats_table(files.column("stats").to_pylist(), files.column("row_count"), schema,
+                       columns)
+
+
+def fully_matching(view: TableView, files: pa.Table, expr: Expr) -> pa.Array:
+    """Per file: True where statistics prove every row matches ``expr``."""
+    if isinstance(expr, AlwaysTrue):
+        return pa.array([True] * files.num_rows)
+    cols = [c for c in sorted(referenced_columns(expr)) if c in view.schema.names]
+    stats = file_stats(files, view.schema, cols)
+    return all_match(expr, stats, view.schema)
+
+
+def file_tasks(view: TableView, files: pa.Table) -> list[FileTask]:
+    loc = view.location
+    join = view.storage.join
+    cols = files.select(["file_id", "path", "file_size", "row_count", "schema_id", "bucket",
+                         "seq_min", "seq_max"]).to_pydict()
+    return [
+        FileTask(fid, join(loc, path), size, rows, sid, bucket, smin, smax)
+        for fid, path, size, rows, sid, bucket, smin, smax in zip(
+            cols["file_id"], cols["path"], cols["file_size"], cols["row_count"],
+            cols["schema_id"], cols["bucket"], cols["seq_min"], cols["seq_max"], strict=True)
+    ]
+
+
+def file_schemas(view: TableView, tasks: Sequence[FileTask]) -> dict[int, pa.Schema]:
+    ids = sorted({t.schema_id for t in tasks})
+    return {sid: view.metastore.schema(view.record.table_id, sid) for sid in ids}
+
+
+def make_splits(
+    view: TableView,
+    tasks: Sequence[FileTask],
+    *,
+    columns: Sequence[str],
+    expr: Expr,
+    target_bytes: int,
+    merge: MergeSpec | None = None,
+    limit: int | None = None,
+) -> list[Split]:
+    """Pack files into splits of about ``target_bytes``.
+
+    Primary-key tables split by bucket: a split holds whole buckets, so one key's versions are
+    never divided between splits.
+    """
+    schemas = file_schemas(view, tasks)
+    groups: list[list[FileTask]] = []
+    if merge is not None:
+        by_bucket: dict[int | None, list[FileTask]] = {}
+        for task in tasks:
+            by_bucket.setdefault(task.bucket, []).append(task)
+        units = list(by_bucket.values())
+    else:
+        units = [[task] for task in tasks]
+    current: list[FileTask] = []
+    size = 0
+    for unit in units:
+        unit_size = sum(t.file_size for t in unit)
+        if current and size + unit_size > target_bytes:
+            groups.append(current)
+            current, size = [], 0
+        current.extend(unit)
+        size += unit_size
+    if current:
+        groups.append(current)
+    return [
+        Split(view.storage, tuple(group), {sid: schemas[sid] for sid in {t.schema_id
+                                                                          for t in group}},
+              view.schema, tuple(columns), expr, limit, merge)
+        for group in groups
+    ]

@@ -1,0 +1,180 @@
+"""Reading splits: Parquet files in, Arrow batches in the table's current schema out.
+
+Files are grouped by the schema version they were written in; each group is one pyarrow
+dataset read with threads, pushed-down projection and filter (row groups are skipped by their
+statistics). Columns are matched by field id, so renamed columns are found under their old
+names, widened ones are cast, and columns added later read as nulls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+
+from arrowlake.errors import ValidationError
+from arrowlake.expressions import AlwaysTrue, referenced_columns, rename_columns, to_arrow
+from arrowlake.scan.split import FileTask, Split
+from arrowlake.schema import field_id
+
+_FORMAT = ds.ParquetFileFormat(
+    default_fragment_scan_options=ds.ParquetFragmentScanOptions(pre_buffer=True)
+)
+
+
+@dataclass
+class _GroupRead:
+    """How to read one group of files written in the same schema version."""
+
+    dataset: ds.FileSystemDataset
+    columns: list[str] | dict[str, pc.Expression]
+    filter: pc.Expression | None  # pushed down into the dataset scan
+    residual: pc.Expression | None  # applied after reading (filter needs columns not in files)
+
+
+def _group_by_schema(files: Sequence[FileTask]) -> list[tuple[int, list[FileTask]]]:
+    groups: dict[int, list[FileTask]] = {}
+    for f in files:
+        groups.setdefault(f.schema_id, []).append(f)
+    return list(groups.items())
+
+
+def _plan_group(split: Split, schema_id: int, files: list[FileTask],
+                needed: Sequence[str]) -> _GroupRead:
+    file_schema = split.file_schemas[schema_id]
+    by_id = {field_id(f): f for f in file_schema}
+    storage = split.storage
+    fs = storage.filesystem()
+    fragments = [_FORMAT.make_fragment(storage.fs_path(f.path), fs, file_size=f.file_size)
+                 for f in files]
+    dataset = ds.FileSystemDataset(fragments, file_schema, _FORMAT, fs)
+
+    physical: dict[str, str | None] = {}
+    simple = True
+    for name in needed:
+        field = split.schema.field(name)
+        old = by_id.get(field_id(field))
+        physical[name] = old.name if old is not None else None
+        if old is None or old.name != name or old.type != field.type:
+            simple = False
+    columns: list[str] | dict[str, pc.Expression]
+    if simple:
+        columns = list(needed)
+    else:
+        columns = {}
+        for name in needed:
+            typ = split.schema.field(name).type
+            old_name = physical[name]
+            if old_name is None:
+                columns[name] = pc.scalar(pa.scalar(None, type=typ))
+            else:
+                expr = pc.field(old_name)
+                if file_schema.field(old_name).type != typ:
+                    expr = expr.cast(typ)
+                columns[name] = expr
+
+    pushed: pc.Expression | None = None
+    residual: pc.Expression | None = None
+    if not isinstance(split.filter, AlwaysTrue):
+        refs = referenced_columns(split.filter)
+        if all(physical.get(c) is not None for c in refs):
+            mapping = {c: physical[c] for c in refs if physical[c] != c}
+            try:
+                expr = rename_columns(split.filter, mapping) if mapping else split.filter
+                pushed = to_arrow(expr, file_schema)
+            except ValidationError:
+                pushed = None
+        if pushed is None:
+            residual = to_arrow(split.filter, split.schema)
+    return _GroupRead(dataset, columns, pushed, residual)
+
+
+def _needed_columns(split: Split) -> tuple[list[str], bool]:
+    needed = list(split.columns)
+    extra = False
+    if not isinstance(split.filter, AlwaysTrue):
+        for c in sorted(referenced_columns(split.filter)):
+            if c not in needed:
+                needed.append(c)
+                extra = True
+    return needed, extra
+
+
+def _finish(batch: pa.RecordBatch, group: _GroupRead, split: Split, extra: bool,
+            out_schema: pa.Schema) -> pa.RecordBatch:
+    if group.residual is not None:
+        batch = batch.filter(group.residual)
+    if extra or batch.schema.names != list(split.columns):
+        batch = batch.select(list(split.columns))
+    if batch.schema != out_schema:
+        batch = pa.RecordBatch.from_arrays(batch.columns, schema=out_schema)
+    return batch
+
+
+def read_split(split: Split) -> Iterator[pa.RecordBatch]:
+    """Yield the split's rows batch by batch (bounded memory)."""
+    if split.merge is not None:
+        from arrowlake.table.merge_read import read_merged
+
+        yield from read_merged(split)
+        return
+    needed, extra = _needed_columns(split)
+    out_schema = split.output_schema()
+    remaining = split.limit
+    for schema_id, files in _group_by_schema(split.files):
+        group = _plan_group(split, schema_id, files, needed)
+        batches = group.dataset.to_batches(columns=group.columns, filter=group.filter,
+                                           batch_size=split.batch_size, use_threads=True)
+        for batch in batches:
+            batch = _finish(batch, group, split, extra, out_schema)
+            if batch.num_rows == 0:
+                continue
+            if remaining is not None:
+                if batch.num_rows >= remaining:
+                    yield batch.slice(0, remaining)
+                    return
+                remaining -= batch.num_rows
+            yield batch
+
+
+def read_split_table(split: Split) -> pa.Table:
+    """All of the split's rows as one table (reads each schema group with threads)."""
+    out_schema = split.output_schema()
+    if split.merge is not None or split.limit is not None:
+        return pa.Table.from_batches(list(read_split(split)), schema=out_schema)
+    needed, extra = _needed_columns(split)
+    tables = []
+    for schema_id, files in _group_by_schema(split.files):
+        group = _plan_group(split, schema_id, files, needed)
+        table = group.dataset.to_table(columns=group.columns, filter=group.filter,
+                                       batch_size=split.batch_size, use_threads=True)
+        if group.residual is not None:
+            table = table.filter(group.residual)
+        if extra or table.schema.names != list(split.columns):
+            table = table.select(list(split.columns))
+        tables.append(table.cast(out_schema) if table.schema != out_schema else table)
+    if not tables:
+        return out_schema.empty_table()
+    return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+
+
+def count_split(split: Split) -> int:
+    """Rows of the split that match its filter, reading only what the filter needs."""
+    if split.merge is not None:
+        return sum(b.num_rows for b in read_split(split))
+    narrowed = Split(split.storage, split.files, split.file_schemas, split.schema,
+                     columns=(), filter=split.filter, merge=None,
+                     batch_size=split.batch_size)
+    needed, _ = _needed_columns(narrowed)
+    total = 0
+    for schema_id, files in _group_by_schema(split.files):
+        group = _plan_group(narrowed, schema_id, files, needed)
+        if group.residual is None:
+            total += group.dataset.count_rows(filter=group.filter)
+        else:
+            table = group.dataset.to_table(columns=group.columns, filter=group.filter)
+            total += table.filter(group.residual).num_rows
+    return total

@@ -1,0 +1,81 @@
+"""Splits: the picklable boundary between planning a scan and reading it.
+
+A :class:`Split` names the files to read, the schemas they were written in, the schema to read
+them as, the projection and the filter. Any process that can reach the storage reads it with
+:meth:`Split.to_batches` — no metastore access needed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from arrowlake.expressions import AlwaysTrue, Expr
+from arrowlake.io.storage import Storage
+
+
+@dataclass(frozen=True)
+class FileTask:
+    """One data file of a split."""
+
+    file_id: int
+    path: str  # absolute location
+    file_size: int
+    row_count: int
+    schema_id: int
+    bucket: int | None = None
+    seq_min: int | None = None
+    seq_max: int | None = None
+
+
+@dataclass(frozen=True)
+class MergeSpec:
+    """How the files of a primary-key split are merged (see :mod:`arrowlake.table.merge_read`)."""
+
+    key: tuple[str, ...]
+    engine: Any  # a MergeEngine from arrowlake.table.merge_engines (picklable dataclass)
+    sequence_field: str | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class Split:
+    """A self-contained unit of reading: files, schemas, projection, filter, limit."""
+
+    storage: Storage
+    files: tuple[FileTask, ...]
+    file_schemas: Mapping[int, pa.Schema]
+    schema: pa.Schema  # the table schema the files are read as (with field ids)
+    columns: tuple[str, ...]  # output columns, in order
+    filter: Expr = field(default_factory=AlwaysTrue)
+    limit: int | None = None
+    merge: MergeSpec | None = None
+    batch_size: int = 131_072
+
+    @property
+    def row_count(self) -> int:
+        """Rows in the files before filtering (an upper bound for what the split yields)."""
+        return sum(f.row_count for f in self.files)
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(f.file_size for f in self.files)
+
+    def output_schema(self) -> pa.Schema:
+        return pa.schema([self.schema.field(c) for c in self.columns])
+
+    def to_batches(self) -> Iterator[pa.RecordBatch]:
+        from arrowlake.scan.read import read_split
+
+        return read_split(self)
+
+    def to_arrow(self) -> pa.Table:
+        from arrowlake.scan.read import read_split_table
+
+        return read_split_table(self)
+
+    def __arrow_c_stream__(self, requested_schema: Any = None) -> Any:
+        reader = pa.RecordBatchReader.from_batches(self.output_schema(), self.to_batches())
+        return reader.__arrow_c_stream__(requested_schema)

@@ -1,0 +1,1 @@
+"""Streaming consumers (not built yet: see docs/architecture.md)."""

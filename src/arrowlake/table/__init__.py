@@ -1,0 +1,1 @@
+"""Tables: the facade, writes, merge-on-read of primary keys, schema evolution, maintenance."""

@@ -1,0 +1,92 @@
+"""Maintenance: expiring old snapshots and removing files no snapshot references."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING
+
+import pyarrow.compute as pc
+
+from arrowlake.errors import ValidationError
+
+if TYPE_CHECKING:
+    from arrowlake.table.table import Table
+
+
+@dataclass(frozen=True)
+class ExpireResult:
+    expired_snapshots: list[int]
+    deleted_files: list[str]
+
+
+@dataclass(frozen=True)
+class OrphanResult:
+    files: list[str]  # orphan files found (and deleted unless dry_run)
+    bytes: int
+    dry_run: bool
+
+
+def _cutoff_ms(older_than: datetime | timedelta | None) -> int | None:
+    if older_than is None:
+        return None
+    if isinstance(older_than, timedelta):
+        return int((time.time() - older_than.total_seconds()) * 1000)
+    if isinstance(older_than, datetime):
+        if older_than.tzinfo is None:
+            older_than = older_than.replace(tzinfo=timezone.utc)
+        return int(older_than.timestamp() * 1000)
+    raise ValidationError(
+        f"older_than must be a datetime or timedelta, got {type(older_than).__name__}")
+
+
+def expire_snapshots(table: Table, older_than: datetime | timedelta | None = None,
+                     retain_last: int = 1) -> ExpireResult:
+    """Remove snapshots committed before ``older_than``, keeping at least the ``retain_last``
+    newest (and always the current and tagged ones), then delete files only they referenced.
+    """
+    if retain_last < 1:
+        raise ValidationError("retain_last must be at least 1: the current snapshot stays")
+    table.refresh()
+    snaps = table.snapshots()
+    if snaps.num_rows == 0:
+        return ExpireResult([], [])
+    ids = snaps.column("snapshot_id")
+    candidates = snaps.slice(0, max(0, snaps.num_rows - retain_last))
+    cutoff = _cutoff_ms(older_than)
+    if cutoff is not None:
+        committed = pc.cast(pc.cast(candidates.column("committed_at"), "timestamp[ms]"), "int64")
+        candidates = candidates.filter(pc.less(committed, cutoff))
+    protected = set(table._metastore.tags(table._record.table_id).values())
+    protected.add(table.current_snapshot_id or -1)
+    protected |= table._protected_snapshots()
+    expire = [s for s in candidates.column("snapshot_id").to_pylist() if s not in protected]
+    del ids
+    paths = table._metastore.expire_snapshots(table._record.table_id, expire)
+    storage = table._storage
+    absolute = [storage.join(table._record.location, p) for p in paths]
+    storage.delete(absolute)
+    return ExpireResult(expire, absolute)
+
+
+def remove_orphan_files(table: Table, older_than: timedelta = timedelta(days=1),
+                        dry_run: bool = True) -> OrphanResult:
+    """Files under the table's location that no snapshot references and that are older than
+    ``older_than`` (younger ones may belong to a write still in progress).
+    """
+    table.refresh()
+    storage = table._storage
+    location = table._record.location
+    listed = storage.list_files(location)  # list before reading references: see below
+    # A file committed after the listing was written before it; reading the references after
+    # listing means such a file is seen as referenced, never as an orphan.
+    referenced = {storage.join(location, p)
+                  for p in table._metastore.all_file_paths(table._record.table_id)}
+    cutoff = time.time() * 1000 - older_than.total_seconds() * 1000
+    orphans = [f for f in listed if f.path not in referenced
+               and (f.mtime_ms is None or f.mtime_ms < cutoff)]
+    paths = sorted(f.path for f in orphans)
+    if not dry_run:
+        storage.delete(paths)
+    return OrphanResult(paths, sum(f.size for f in orphans), dry_run)

@@ -1,0 +1,265 @@
+"""The :class:`Table` facade: schema, snapshots, scans, writes and maintenance of one table."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from arrowlake.errors import ValidationError
+from arrowlake.expressions import Expr, to_expression
+from arrowlake.io.stats import decode_values, stats_table
+from arrowlake.scan.planning import TableView
+from arrowlake.scan.scan import Scan
+from arrowlake.table import evolution, maintenance, writes
+from arrowlake.table.maintenance import ExpireResult, OrphanResult
+from arrowlake.table.writes import WriteResult
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from arrowlake.io.storage import Storage
+    from arrowlake.lake import Lake
+    from arrowlake.metastore.store import Metastore, TableRecord
+
+
+class Table:
+    """One table of a lake. Get it from :meth:`Lake.table` or :meth:`Lake.create_table`.
+
+    >>> orders = lake.table("shop.orders")          # doctest: +SKIP
+    >>> orders.append(pa.table({"order_id": [1]}))  # doctest: +SKIP
+    """
+
+    def __init__(self, lake: Lake, record: TableRecord) -> None:
+        self._lake = lake
+        self._record = record
+
+    # -- state ---------------------------------------------------------------------------------
+
+    @property
+    def _metastore(self) -> Metastore:
+        return self._lake.metastore
+
+    @property
+    def _storage(self) -> Storage:
+        return self._lake.storage_for(self._record.location)
+
+    def refresh(self) -> Table:
+        """Reload the table's metadata (schema, properties) from the metastore."""
+        self._record = self._metastore.load_table_by_id(self._record.table_id)
+        return self
+
+    @property
+    def name(self) -> str:
+        return self._record.full_name
+
+    @property
+    def location(self) -> str:
+        return self._record.location
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The current schema (fields carry their ids in metadata)."""
+        rec = self._record
+        return self._metastore.schema(rec.table_id, rec.current_schema_id)
+
+    @property
+    def partition_by(self) -> list[str]:
+        return list(self._record.partition_by)
+
+    @property
+    def primary_key(self) -> list[str]:
+        return list(self._record.primary_key)
+
+    @property
+    def properties(self) -> dict[str, str]:
+        return dict(self._record.properties)
+
+    def set_properties(self, **properties: str) -> None:
+        """Set table properties (``write.target-file-size``, ``write.row-group-rows``, ...)."""
+        props = dict(self.refresh()._record.properties)
+        props.update({k.replace("_", "-") if k.startswith("write_") else k: str(v)
+                      for k, v in properties.items()})
+        self._metastore.set_properties(self._record.table_id, props)
+        self.refresh()
+
+    @property
+    def current_snapshot_id(self) -> int | None:
+        """The latest snapshot id, read from the metastore on each access."""
+        return self._metastore.current_snapshot_id(self._record.table_id)
+
+    def __repr__(self) -> str:
+        return f"<arrowlake.Table {self.name} snapshot={self.current_snapshot_id}>"
+
+    def _protected_snapshots(self) -> set[int]:
+        """Snapshots something else still needs (streaming consumers, once they exist)."""
+        return set()
+
+    def _resolve_snapshot(self, snapshot: int | None, as_of: datetime | None,
+                          tag: str | None) -> int | None:
+        given = sum(x is not None for x in (snapshot, as_of, tag))
+        if given > 1:
+            raise ValidationError("Give at most one of snapshot=, as_of= and tag=")
+        table_id = self._record.table_id
+        if snapshot is not None:
+            self._metastore.snapshot(table_id, snapshot)  # raises SnapshotNotFound
+            return snapshot
+        if as_of is not None:
+            if as_of.tzinfo is None:
+                as_of = as_of.replace(tzinfo=timezone.utc)
+            return self._metastore.snapshot_as_of(table_id, int(as_of.timestamp() * 1000))
+        if tag is not None:
+            return self._metastore.tag(table_id, tag)
+        return self.current_snapshot_id
+
+    def _view(self, snapshot_id: int | None, *, current_schema: bool = False) -> TableView:
+        rec = self._record
+        schema = self.schema
+        if not current_schema and snapshot_id is not None:
+            current = self.current_snapshot_id
+            if snapshot_id != current:
+                schema_id = self._metastore.snapshot(rec.table_id, snapshot_id)["schema_id"]
+                schema = self._metastore.schema(rec.table_id, schema_id)
+        return TableView(self._metastore, self._storage, rec, snapshot_id, schema)
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def scan(self, filter: Expr | str | None = None, columns: Sequence[str] | None = None, *,
+             snapshot: int | None = None, as_of: datetime | None = None, tag: str | None = None,
+             limit: int | None = None) -> Scan:
+        """An immutable scan of the table at one snapshot (the latest by default).
+
+        ``filter`` is an expression (``al.col("x") > 3``) or a string (``"x > 3 and y in (1,
+        2)"``); ``snapshot``, ``as_of`` (a datetime) or ``tag`` travel back in time.
+        """
+        self.refresh()
+        snapshot_id = self._resolve_snapshot(snapshot, as_of, tag)
+        return Scan.create(self._view(snapshot_id), filter, columns, limit, self._merge_spec())
+
+    def _merge_spec(self) -> Any:
+        return None
+
+    def to_arrow(self) -> pa.Table:
+        return self.scan().to_arrow()
+
+    def to_pandas(self, **kwargs: Any) -> pd.DataFrame:
+        return self.scan().to_pandas(**kwargs)
+
+    def count(self) -> int:
+        return self.scan().count()
+
+    def __arrow_c_stream__(self, requested_schema: Any = None) -> Any:
+        return self.scan().__arrow_c_stream__(requested_schema)
+
+    def snapshots(self) -> pa.Table:
+        """The table's history: one row per retained snapshot, oldest first."""
+        snaps = self._metastore.snapshots(self._record.table_id)
+        return snaps
+
+    def history(self) -> list[dict[str, Any]]:
+        """The snapshots as a list of dicts (summary decoded), for printing."""
+        rows = self.snapshots().to_pylist()
+        for row in rows:
+            row["summary"] = json.loads(row["summary"] or "{}")
+        return rows
+
+    def files(self, snapshot: int | None = None) -> pa.Table:
+        """The live data files with partition values, sizes, row counts and column statistics."""
+        self.refresh()
+        snapshot_id = self._resolve_snapshot(snapshot, None, None)
+        view = self._view(snapshot_id)
+        files = self._metastore.live_files(self._record.table_id, snapshot_id)
+        out = {
+            "file_id": files.column("file_id"),
+            "path": pa.array([self._storage.join(self.location, p)
+                              for p in files.column("path").to_pylist()], pa.string()),
+            "added_snapshot": files.column("added_snapshot"),
+            "row_count": files.column("row_count"),
+            "file_size": files.column("file_size"),
+            "schema_id": files.column("schema_id"),
+        }
+        if self._record.partition_by:
+            parts = {pid: json.loads(values) for pid, _, values in
+                     self._metastore.partitions(self._record.table_id)}
+            pids = files.column("partition_id").to_pylist()
+            arrays = []
+            for i, name in enumerate(self._record.partition_by):
+                typ = view.schema.field(name).type
+                arrays.append(decode_values([parts[p][i] if p in parts else None
+                                             for p in pids], typ))
+            out["partition"] = pa.StructArray.from_arrays(arrays, list(self._record.partition_by))
+        if self._record.buckets:
+            out["bucket"] = files.column("bucket")
+        stats = stats_table(files.column("stats").to_pylist(), files.column("row_count"),
+                            view.schema, view.schema.names)
+        for name in stats.column_names[1:]:
+            out[name] = stats.column(name)
+        return pa.table(out)
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def append(self, data: Any, *, commit_id: str | None = None) -> WriteResult:
+        """Add rows. ``data``: Arrow table/batches/reader, pandas DataFrame, any Arrow stream.
+
+        ``commit_id`` makes the write idempotent: a second commit with the same id is skipped.
+        """
+        return writes.append(self, data, commit_id=commit_id)
+
+    def overwrite(self, data: Any, filter: Expr | str | None = None, *,
+                  commit_id: str | None = None) -> WriteResult:
+        """Replace the rows matching ``filter`` (all rows when None) with ``data``.
+
+        Every row of ``data`` must match ``filter``; the replacement is one atomic snapshot.
+        """
+        return writes.overwrite(self, data, to_expression(filter), commit_id=commit_id)
+
+    def delete(self, filter: Expr | str, *, commit_id: str | None = None) -> WriteResult:
+        """Delete the rows matching ``filter``, rewriting only files that match in part."""
+        expr = to_expression(filter)
+        self.refresh()
+        from arrowlake.expressions import to_arrow
+
+        to_arrow(expr, self.schema)  # validate before touching anything
+        return writes.delete(self, expr, commit_id=commit_id)
+
+    # -- schema --------------------------------------------------------------------------------
+
+    def add_column(self, name: str, type: pa.DataType, *, nullable: bool = True) -> None:
+        evolution.add_column(self, name, type, nullable=nullable)
+
+    def rename_column(self, old: str, new: str) -> None:
+        evolution.rename_column(self, old, new)
+
+    def drop_column(self, name: str) -> None:
+        evolution.drop_column(self, name)
+
+    def alter_column(self, name: str, type: pa.DataType) -> None:
+        evolution.alter_column(self, name, type)
+
+    # -- tags ----------------------------------------------------------------------------------
+
+    def create_tag(self, name: str, snapshot: int | None = None) -> None:
+        """Name a snapshot (the current one by default); tagged snapshots never expire."""
+        snap = snapshot if snapshot is not None else self.current_snapshot_id
+        if snap is None:
+            raise ValidationError("The table has no snapshot to tag yet")
+        self._metastore.create_tag(self._record.table_id, name, snap)
+
+    def drop_tag(self, name: str) -> None:
+        self._metastore.drop_tag(self._record.table_id, name)
+
+    def tags(self) -> dict[str, int]:
+        return self._metastore.tags(self._record.table_id)
+
+    # -- maintenance ---------------------------------------------------------------------------
+
+    def expire_snapshots(self, older_than: datetime | timedelta | None = None,
+                         retain_last: int = 1) -> ExpireResult:
+        return maintenance.expire_snapshots(self, older_than, retain_last)
+
+    def remove_orphan_files(self, older_than: timedelta = timedelta(days=1),
+                            dry_run: bool = True) -> OrphanResult:
+        return maintenance.remove_orphan_files(self, older_than, dry_run)
