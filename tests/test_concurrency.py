@@ -6,7 +6,6 @@ import subprocess
 import sys
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pytest
 
 import arrowlake as al
@@ -42,7 +41,7 @@ def test_four_processes_append_25_times_each(kind, tmp_path, request):
     assert snaps.num_rows == 100
     assert snaps["snapshot_id"].to_pylist() == list(range(1, 101))
     parents = snaps["parent_id"].to_pylist()
-    assert parents == [None] + list(range(1, 100))  # a single linear history
+    assert parents == [None, *range(1, 100)]  # a single linear history
     rows = table.to_arrow()
     assert rows.num_rows == 100
     pairs = {(r["worker"], r["i"]) for r in rows.to_pylist()}

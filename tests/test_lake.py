@@ -113,7 +113,6 @@ def test_metastore_schema_version_is_recorded(lake):
 
 
 def test_newer_metastore_version_is_refused(tmp_path):
-    import sqlalchemy as sa
 
     from arrowlake.errors import MetastoreError
     from arrowlake.metastore import tables as t

@@ -117,7 +117,8 @@ def normalize_type(typ: pa.DataType) -> pa.DataType:
         return pa.binary()
     if pa.types.is_struct(typ):
         return pa.struct([f.with_type(normalize_type(f.type)) for f in typ])
-    if pa.types.is_large_list(typ) or pa.types.is_list_view(typ) or pa.types.is_large_list_view(typ):
+    if (pa.types.is_large_list(typ) or pa.types.is_list_view(typ)
+            or pa.types.is_large_list_view(typ)):
         return pa.list_(typ.value_field.with_type(normalize_type(typ.value_type)))
     if pa.types.is_fixed_size_list(typ):
         return pa.list_(typ.value_field.with_type(normalize_type(typ.value_type)), typ.list_size)
@@ -155,10 +156,6 @@ def validate_schema(schema: pa.Schema) -> None:
 
 _STRINGS = (pa.string(), pa.large_string(), pa.string_view())
 _BINARIES = (pa.binary(), pa.large_binary(), pa.binary_view())
-
-
-def _int_bits(t: pa.DataType) -> int:
-    return t.bit_width  # type: ignore[no-any-return]
 
 
 def can_write(src: pa.DataType, dst: pa.DataType) -> bool:
@@ -245,9 +242,7 @@ def can_widen(src: pa.DataType, dst: pa.DataType) -> bool:
         return dst.scale == src.scale and dst.precision >= src.precision
     if src in _STRINGS and dst in _STRINGS:
         return True
-    if src in _BINARIES and dst in _BINARIES:
-        return True
-    return False
+    return bool(src in _BINARIES and dst in _BINARIES)
 
 
 def _has_nulls(arr: pa.Array | pa.ChunkedArray) -> bool:
@@ -335,7 +330,7 @@ def select(schema: pa.Schema, columns: Iterable[str]) -> pa.Schema:
 
 
 def serialize(schema: pa.Schema) -> bytes:
-    return schema.serialize().to_pybytes()  # type: ignore[no-any-return]
+    return bytes(schema.serialize().to_pybytes())
 
 
 def deserialize(data: bytes) -> pa.Schema:

@@ -6,7 +6,7 @@ import pickle
 import subprocess
 import sys
 import time
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -98,7 +98,7 @@ def test_to_batches_streams(filled):
 def test_time_travel_by_id_time_and_tag(filled):
     first = filled.current_snapshot_id
     time.sleep(0.01)
-    moment = datetime.now(timezone.utc)
+    moment = datetime.now(UTC)
     time.sleep(0.01)
     filled.create_tag("before-delete")
     filled.delete("customer = 'a'")
@@ -110,7 +110,7 @@ def test_time_travel_by_id_time_and_tag(filled):
     with pytest.raises(SnapshotNotFound):
         filled.scan(snapshot=99)
     with pytest.raises(SnapshotNotFound):
-        filled.scan(as_of=datetime(2000, 1, 1, tzinfo=timezone.utc))
+        filled.scan(as_of=datetime(2000, 1, 1, tzinfo=UTC))
     with pytest.raises(TagNotFound):
         filled.scan(tag="nope")
     with pytest.raises(al.ValidationError, match="at most one"):

@@ -102,7 +102,8 @@ def test_nested_decimal_and_timezone_types_round_trip(lake):
         "tags": [["a", "b"], []],
         "attrs": pa.array([[("k", 1)], []], pa.map_(pa.string(), pa.int64())),
         "price": pa.array([Decimal("1.25"), Decimal("99.99")], pa.decimal128(12, 2)),
-        "at": pa.array([1_700_000_000_000_000_000, None], pa.timestamp("ns", tz="America/New_York")),
+        "at": pa.array([1_700_000_000_000_000_000, None],
+                       pa.timestamp("ns", tz="America/New_York")),
     })
     t.append(data)
     out = t.to_arrow().sort_by("id")

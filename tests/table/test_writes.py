@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -74,7 +74,7 @@ def test_real_tool_types_are_accepted(lake):
         "id": pa.array([1, 2], pa.int32()),
         "name": pa.array(["x", "y"], pa.string_view()),
         "blob": pa.array([b"a", b"b"], pa.binary_view()),
-        "ts": pa.array([datetime(2026, 1, 1, 12, tzinfo=timezone.utc)] * 2,
+        "ts": pa.array([datetime(2026, 1, 1, 12, tzinfo=UTC)] * 2,
                        pa.timestamp("ms", tz="Europe/Paris")),
         "cat": pa.array(["u", "v"]).dictionary_encode(),
     })
@@ -86,7 +86,7 @@ def test_real_tool_types_are_accepted(lake):
     out = t.to_arrow().sort_by("id")
     assert out.schema.field("name").type == pa.string()
     assert out.column("name").to_pylist() == ["x", "y", "z"]
-    assert out.column("ts")[0].as_py() == datetime(2026, 1, 1, 12, tzinfo=timezone.utc)
+    assert out.column("ts")[0].as_py() == datetime(2026, 1, 1, 12, tzinfo=UTC)
 
 
 def test_polars_frame_is_written_directly(lake):

@@ -7,6 +7,7 @@ scheme in :func:`storage_for`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
@@ -106,13 +107,11 @@ class LocalStorage(Storage):
 
     def delete(self, paths: Iterable[str]) -> None:
         for path in paths:
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 os.remove(path)
-            except FileNotFoundError:
-                pass
 
     def list_files(self, prefix: str) -> list[FileInfo]:
-        out = []
+        out: list[FileInfo] = []
         if not os.path.isdir(prefix):
             return out
         for root, _dirs, names in os.walk(prefix):

@@ -9,6 +9,7 @@ for the commit, and on failure delete what they wrote.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -177,17 +178,14 @@ class DataFileWriter:
         return self.files
 
     def abort(self) -> None:
-        try:
+        """Stop writing and delete every file written; the caller reports the original error."""
+        with contextlib.suppress(Exception):
             self._wait()
-        except Exception:  # noqa: BLE001 - the original error is what the caller reports
-            pass
-        try:
+        with contextlib.suppress(Exception):
             if self._writer is not None:
                 self._writer.close()
             if self._sink is not None:
                 self._sink.close()
-        except Exception:  # noqa: BLE001
-            pass
         self.target.storage.delete(self.written)
 
 
@@ -245,7 +243,7 @@ def split_by_columns(
         sorted_codes = codes.take(order)
         change = pc.not_equal(sorted_codes[1:], sorted_codes[:-1])
         starts = [0] + [int(i) + 1 for i in pc.indices_nonzero(change).to_pylist()]
-        ends = starts[1:] + [batch.num_rows]
+        ends = [*starts[1:], batch.num_rows]
         parts = [sorted_batch.slice(s, e - s) for s, e in zip(starts, ends, strict=True)]
     for part in parts:
         groups.append((tuple(part.column(name)[0] for name in columns), part))

@@ -173,9 +173,8 @@ class Metastore:
 
     @contextmanager
     def _write(self) -> Iterator[Connection]:
-        with self.engine.connect().execution_options(arrowlake_write=True) as conn:
-            with conn.begin():
-                yield conn
+        with self.engine.connect().execution_options(arrowlake_write=True) as conn, conn.begin():
+            yield conn
 
     def _init_database(self) -> None:
         for attempt in range(20):
@@ -271,7 +270,7 @@ class Metastore:
                     partition_by=json.dumps(list(partition_by)),
                     primary_key=json.dumps(list(primary_key)), buckets=buckets,
                     properties=json.dumps(properties or {}), created_at=created,
-                )).inserted_primary_key[0]
+                )).inserted_primary_key[0]  # type: ignore[index]
                 conn.execute(t.schemas.insert().values(
                     table_id=table_id, schema_id=0, arrow_schema=schemas_mod.serialize(schema),
                     created_at=created))
@@ -590,7 +589,7 @@ class Metastore:
             (tbl.table_id == table_id) & (tbl.last_snapshot_id == last)
         ).values(current_snapshot_id=new_id, last_snapshot_id=new_id))
         if res.rowcount != 1:
-            raise _LostRace("another writer committed snapshot %d first" % new_id)
+            raise _LostRace(f"another writer committed snapshot {new_id} first")
         return new_id, False
 
     def _partition_ids(self, conn: Connection, table_id: int,
@@ -610,7 +609,7 @@ class Metastore:
         for path in missing:
             ids[path] = int(conn.execute(t.partitions.insert().values(
                 table_id=table_id, path=path, partition_values=wanted[path]
-            )).inserted_primary_key[0])
+            )).inserted_primary_key[0])  # type: ignore[index]
         return ids
 
     # -- maintenance ---------------------------------------------------------------------------

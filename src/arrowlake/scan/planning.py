@@ -60,7 +60,7 @@ def _partition_ids(view: TableView, expr: Expr) -> list[int] | None:
     ids = parts.column("partition_id").filter(mask)
     if len(ids) == len(parts):
         return None
-    return ids.to_pylist()  # type: ignore[no-any-return]
+    return [int(i) for i in ids.to_pylist()]
 
 
 def plan_files(view: TableView, expr: Expr) -> pa.Table:

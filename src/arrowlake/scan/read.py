@@ -81,7 +81,7 @@ def _plan_group(split: Split, schema_id: int, files: list[FileTask],
     if not isinstance(split.filter, AlwaysTrue):
         refs = referenced_columns(split.filter)
         if all(physical.get(c) is not None for c in refs):
-            mapping = {c: physical[c] for c in refs if physical[c] != c}
+            mapping = {c: str(physical[c]) for c in refs if physical[c] != c}
             try:
                 expr = rename_columns(split.filter, mapping) if mapping else split.filter
                 pushed = to_arrow(expr, file_schema)

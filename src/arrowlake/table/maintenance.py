@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 import pyarrow.compute as pc
@@ -35,7 +35,7 @@ def _cutoff_ms(older_than: datetime | timedelta | None) -> int | None:
         return int((time.time() - older_than.total_seconds()) * 1000)
     if isinstance(older_than, datetime):
         if older_than.tzinfo is None:
-            older_than = older_than.replace(tzinfo=timezone.utc)
+            older_than = older_than.replace(tzinfo=UTC)
         return int(older_than.timestamp() * 1000)
     raise ValidationError(
         f"older_than must be a datetime or timedelta, got {type(older_than).__name__}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -109,7 +109,7 @@ class Table:
             return snapshot
         if as_of is not None:
             if as_of.tzinfo is None:
-                as_of = as_of.replace(tzinfo=timezone.utc)
+                as_of = as_of.replace(tzinfo=UTC)
             return self._metastore.snapshot_as_of(table_id, int(as_of.timestamp() * 1000))
         if tag is not None:
             return self._metastore.tag(table_id, tag)
