@@ -52,7 +52,6 @@ def expire_snapshots(table: Table, older_than: datetime | timedelta | None = Non
     snaps = table.snapshots()
     if snaps.num_rows == 0:
         return ExpireResult([], [])
-    ids = snaps.column("snapshot_id")
     candidates = snaps.slice(0, max(0, snaps.num_rows - retain_last))
     cutoff = _cutoff_ms(older_than)
     if cutoff is not None:
@@ -62,7 +61,6 @@ def expire_snapshots(table: Table, older_than: datetime | timedelta | None = Non
     protected.add(table.current_snapshot_id or -1)
     protected |= table._protected_snapshots()
     expire = [s for s in candidates.column("snapshot_id").to_pylist() if s not in protected]
-    del ids
     paths = table._metastore.expire_snapshots(table._record.table_id, expire)
     storage = table._storage
     absolute = [storage.join(table._record.location, p) for p in paths]
