@@ -567,7 +567,11 @@ class Metastore:
                     f.partition_path), bucket=f.bucket, added_snapshot=new_id,
                     removed_snapshot=None, schema_id=f.schema_id, row_count=f.row_count,
                     file_size=f.file_size, content=f.content, stats=f.stats, key_min=f.key_min,
-                    key_max=f.key_max, seq_min=f.seq_min, seq_max=f.seq_max)
+                    key_max=f.key_max,
+                    # A new run's versions are ordered by the snapshot that commits them;
+                    # compaction output keeps the sequence range of its inputs.
+                    seq_min=new_id if f.seq_min is None else f.seq_min,
+                    seq_max=new_id if f.seq_max is None else f.seq_max)
                 for f in change.add])
         totals = (0, 0)
         if current is not None:

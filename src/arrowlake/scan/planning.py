@@ -63,14 +63,80 @@ def _partition_ids(view: TableView, expr: Expr) -> list[int] | None:
     return [int(i) for i in ids.to_pylist()]
 
 
+def key_buckets(view: TableView, expr: Expr) -> list[int] | None:
+    """Buckets that can hold the keys a filter pins down with ``=`` or ``IN`` on every key
+    column, or None when the filter does not pin the full key."""
+    from itertools import product
+
+    from arrowlake.expressions import Comparison, In, Literal, conjuncts
+    from arrowlake.table.bucketing import buckets_for_keys
+
+    key = list(view.record.primary_key)
+    buckets = view.record.buckets
+    if not key or not buckets:
+        return None
+    values: dict[str, set[object]] = {}
+    for c in conjuncts(expr):
+        if isinstance(c, Comparison) and c.op == "==" and isinstance(c.right, Literal):
+            name, vals = c.left.name, {c.right.value}
+        elif isinstance(c, In):
+            name, vals = c.column.name, set(c.values)
+        else:
+            continue
+        if name in key:
+            values[name] = values[name] & vals if name in values else vals
+    if set(values) != set(key):
+        return None
+    combos = 1
+    for v in values.values():
+        combos *= len(v)
+    if combos > 10_000:
+        return None
+    if combos == 0:
+        return []
+    types = [view.schema.field(k).type for k in key]
+    try:
+        rows = list(product(*[sorted(values[k], key=repr) for k in key]))
+        coerced = [[_coerce(k, v, t) for k, v, t in zip(key, row, types, strict=True)]
+                   for row in rows]
+        return sorted(buckets_for_keys(coerced, types, key, buckets))
+    except (ValueError, TypeError, pa.ArrowInvalid):
+        return None
+
+
+def _coerce(column: str, value: object, typ: pa.DataType) -> object:
+    """A filter literal as a value of the key column's type (the bucket hash needs the type)."""
+    from arrowlake.expressions import coerce_literal
+
+    scalar = coerce_literal(column, value, typ)
+    if scalar.type != typ:
+        raise TypeError(f"{value!r} is not a value of {typ}")
+    return scalar.as_py()
+
+
 def plan_files(view: TableView, expr: Expr) -> pa.Table:
-    """The live files of the snapshot that may hold rows matching ``expr``."""
+    """The live files of the snapshot that may hold rows matching ``expr``.
+
+    For primary-key tables only the conjuncts on key columns prune: they keep or drop every
+    version of a key together, while pruning by another column could hide a newer version and
+    resurrect an older one. Equality and IN on the full key prune buckets in SQL.
+    """
+    buckets = None
+    if view.record.primary_key:
+        from arrowlake.expressions import and_all, conjuncts
+
+        keys = set(view.record.primary_key)
+        expr = and_all([c for c in conjuncts(expr) if referenced_columns(c) <= keys])
+        buckets = key_buckets(view, expr)
     part_ids = _partition_ids(view, expr)
     if part_ids is not None and len(part_ids) > _MAX_SQL_PARTITIONS:
-        files = view.metastore.live_files(view.record.table_id, view.snapshot_id)
-        files = files.filter(pc.is_in(files.column("partition_id"), pa.array(part_ids, pa.int64())))
+        files = view.metastore.live_files(view.record.table_id, view.snapshot_id,
+                                          buckets=buckets)
+        files = files.filter(pc.is_in(files.column("partition_id"),
+                                      pa.array(part_ids, pa.int64())))
     else:
-        files = view.metastore.live_files(view.record.table_id, view.snapshot_id, part_ids)
+        files = view.metastore.live_files(view.record.table_id, view.snapshot_id, part_ids,
+                                          buckets=buckets)
     if isinstance(expr, AlwaysTrue) or files.num_rows == 0:
         return files
     stat_cols = [c for c in sorted(referenced_columns(expr)) if c in view.schema.names]
@@ -98,12 +164,13 @@ def file_tasks(view: TableView, files: pa.Table) -> list[FileTask]:
     loc = view.location
     join = view.storage.join
     cols = files.select(["file_id", "path", "file_size", "row_count", "schema_id", "bucket",
-                         "seq_min", "seq_max"]).to_pydict()
+                         "seq_min", "seq_max", "partition_id"]).to_pydict()
     return [
-        FileTask(fid, join(loc, path), size, rows, sid, bucket, smin, smax)
-        for fid, path, size, rows, sid, bucket, smin, smax in zip(
+        FileTask(fid, join(loc, path), size, rows, sid, bucket, smin, smax, pid)
+        for fid, path, size, rows, sid, bucket, smin, smax, pid in zip(
             cols["file_id"], cols["path"], cols["file_size"], cols["row_count"],
-            cols["schema_id"], cols["bucket"], cols["seq_min"], cols["seq_max"], strict=True)
+            cols["schema_id"], cols["bucket"], cols["seq_min"], cols["seq_max"],
+            cols["partition_id"], strict=True)
     ]
 
 
@@ -130,9 +197,13 @@ def make_splits(
     schemas = file_schemas(view, tasks)
     groups: list[list[FileTask]] = []
     if merge is not None:
-        by_bucket: dict[int | None, list[FileTask]] = {}
+        from arrowlake.table.primary_key import KIND_FIELD
+
+        # Data files of primary-key tables carry the row-kind column besides the table's.
+        schemas = {sid: s.append(KIND_FIELD) for sid, s in schemas.items()}
+        by_bucket: dict[tuple[int | None, int | None], list[FileTask]] = {}
         for task in tasks:
-            by_bucket.setdefault(task.bucket, []).append(task)
+            by_bucket.setdefault((task.partition_id, task.bucket), []).append(task)
         units = list(by_bucket.values())
     else:
         units = [[task] for task in tasks]

@@ -29,6 +29,7 @@ class FileTask:
     bucket: int | None = None
     seq_min: int | None = None
     seq_max: int | None = None
+    partition_id: int | None = None
 
 
 @dataclass(frozen=True)

@@ -14,12 +14,16 @@ from arrowlake.expressions import Expr, to_expression
 from arrowlake.io.stats import decode_values, stats_table
 from arrowlake.scan.planning import TableView
 from arrowlake.scan.scan import Scan
+from arrowlake.scan.split import MergeSpec
 from arrowlake.table import evolution, maintenance, writes
 from arrowlake.table.maintenance import ExpireResult, OrphanResult
 from arrowlake.table.writes import WriteResult
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from arrowlake.table.compaction import CompactionResult
+    from arrowlake.table.merge_into import MergeBuilder
 
     from arrowlake.io.storage import Storage
     from arrowlake.lake import Lake
@@ -73,6 +77,11 @@ class Table:
     @property
     def primary_key(self) -> list[str]:
         return list(self._record.primary_key)
+
+    @property
+    def buckets(self) -> int | None:
+        """Hash buckets of a primary-key table (None for tables without a key)."""
+        return self._record.buckets
 
     @property
     def properties(self) -> dict[str, str]:
@@ -139,8 +148,13 @@ class Table:
         snapshot_id = self._resolve_snapshot(snapshot, as_of, tag)
         return Scan.create(self._view(snapshot_id), filter, columns, limit, self._merge_spec())
 
-    def _merge_spec(self) -> Any:
-        return None
+    def _merge_spec(self) -> MergeSpec | None:
+        if not self._record.primary_key:
+            return None
+        from arrowlake.table.primary_key import merge_engine, sequence_field
+
+        return MergeSpec(tuple(self._record.primary_key), merge_engine(self),
+                         sequence_field(self))
 
     def to_arrow(self) -> pa.Table:
         return self.scan().to_arrow()
@@ -205,15 +219,54 @@ class Table:
         """Add rows. ``data``: Arrow table/batches/reader, pandas DataFrame, any Arrow stream.
 
         ``commit_id`` makes the write idempotent: a second commit with the same id is skipped.
+        On a primary-key table an append is an :meth:`upsert`.
         """
+        if self._record.primary_key:
+            return self.upsert(data, commit_id=commit_id)
         return writes.append(self, data, commit_id=commit_id)
+
+    def upsert(self, data: Any, *, commit_id: str | None = None) -> WriteResult:
+        """Insert or replace rows by primary key (merged on read by the table's merge engine)."""
+        from arrowlake.table import primary_key
+
+        return primary_key.upsert(self, data, commit_id=commit_id)
+
+    def write_changes(self, data: Any, row_kind: str = "op", *,
+                      commit_id: str | None = None) -> WriteResult:
+        """Write CDC rows; column ``row_kind`` holds ``+I``, ``-U``, ``+U``, ``-D`` (or 0-3)."""
+        from arrowlake.table import primary_key
+
+        return primary_key.write_changes(self, data, row_kind, commit_id=commit_id)
+
+    def merge(self, source: Any, on: str | Sequence[str]) -> MergeBuilder:
+        """Start a MERGE INTO with ``source``; finish with ``.execute()``.
+
+        >>> (users.merge(src, on="user_id")                      # doctest: +SKIP
+        ...       .when_matched_update(set={"email": "source.email"})
+        ...       .when_not_matched_insert()
+        ...       .execute())
+        """
+        from arrowlake.table.merge_into import MergeBuilder
+
+        return MergeBuilder.start(self, source, on)
+
+    def compact(self, full: bool = False) -> CompactionResult:
+        """Merge the runs of each bucket of a primary-key table (see compaction)."""
+        from arrowlake.table.compaction import compact
+
+        return compact(self, full=full)
 
     def overwrite(self, data: Any, filter: Expr | str | None = None, *,
                   commit_id: str | None = None) -> WriteResult:
         """Replace the rows matching ``filter`` (all rows when None) with ``data``.
 
         Every row of ``data`` must match ``filter``; the replacement is one atomic snapshot.
+        On a primary-key table the filter may use only partition columns.
         """
+        if self._record.primary_key:
+            from arrowlake.table import primary_key
+
+            return primary_key.overwrite(self, data, to_expression(filter), commit_id=commit_id)
         return writes.overwrite(self, data, to_expression(filter), commit_id=commit_id)
 
     def delete(self, filter: Expr | str, *, commit_id: str | None = None) -> WriteResult:
@@ -223,6 +276,10 @@ class Table:
         from arrowlake.expressions import to_arrow
 
         to_arrow(expr, self.schema)  # validate before touching anything
+        if self._record.primary_key:
+            from arrowlake.table import primary_key
+
+            return primary_key.delete_keys(self, expr, commit_id=commit_id)
         return writes.delete(self, expr, commit_id=commit_id)
 
     # -- schema --------------------------------------------------------------------------------
