@@ -37,7 +37,7 @@ class MergeSpec:
     """How the files of a primary-key split are merged (see :mod:`arrowlake.table.merge_read`)."""
 
     key: tuple[str, ...]
-    engine: Any  # a MergeEngine from arrowlake.table.merge_engines (picklable dataclass)
+    engine: Any  # a MergeEngine of arrowlake.table.merging (a picklable frozen dataclass)
     sequence_field: str | None = None
 
 

@@ -82,6 +82,12 @@ def compact(table: Table, full: bool = False,
                            files.column("stats").to_pylist(), strict=True))
     tasks = file_tasks(view, files)
     wanted = set(only) if only is not None else None
+    # Merging only newer runs must leave a row that still says everything about the key to the
+    # runs left out. Deduplicate and first-row rows do; partial-update and aggregation rows
+    # cannot say "reset by a retraction", so for them a bucket is always compacted whole.
+    from arrowlake.table.merging import Deduplicate, FirstRow
+
+    newer_runs_alone = isinstance(table._merge_spec().engine, (Deduplicate, FirstRow))
     plan: list[tuple[list[FileTask], bool]] = []  # (runs, includes the oldest run)
     for group in bucket_groups(tasks):
         if wanted is not None and (group[0].partition_id, group[0].bucket) not in wanted:
@@ -92,6 +98,8 @@ def compact(table: Table, full: bool = False,
                 else []
         else:
             pick = _pick_tiered(runs, max_runs, ratio)
+            if pick and not newer_runs_alone:
+                pick = runs
         if pick:
             plan.append((pick, pick[0] is runs[0]))
     if not plan:
