@@ -77,7 +77,7 @@ def key_buckets(view: TableView, expr: Expr) -> list[int] | None:
         return None
     values: dict[str, set[object]] = {}
     for c in conjuncts(expr):
-        if isinstance(c, Comparison) and c.op == "==" and isinstance(c.right, Literal):
+        if isinstance(c, Comparison) and c.op == "=" and isinstance(c.right, Literal):
             name, vals = c.left.name, {c.right.value}
         elif isinstance(c, In):
             name, vals = c.column.name, set(c.values)

@@ -90,6 +90,13 @@ class Table:
     def set_properties(self, **properties: str) -> None:
         """Set table properties (``write.target-file-size``, ``write.row-group-rows``, ...)."""
         props = dict(self.refresh()._record.properties)
+        if self._record.primary_key:
+            fixed = [k for k in properties if k in ("merge-engine", "sequence-field")
+                     or k.startswith("fields.")]
+            if fixed:
+                raise ValidationError(
+                    f"Properties {fixed} of a primary-key table cannot be changed after "
+                    "creation: the runs already written were merged under them")
         props.update({k.replace("_", "-") if k.startswith("write_") else k: str(v)
                       for k, v in properties.items()})
         self._metastore.set_properties(self._record.table_id, props)

@@ -1,0 +1,307 @@
+"""Primary-key tables: validation, layout, merge-on-read, pruning, engines, MERGE, compaction."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import arrowlake as al
+from arrowlake.errors import SchemaMismatch, ValidationError
+
+SCHEMA = pa.schema([("id", pa.int64()), ("email", pa.string()), ("clicks", pa.int64()),
+                    ("ts", pa.int64())])
+
+
+def rows(ids, email="e", clicks=1, ts=0):
+    n = len(ids)
+    return pa.table({"id": pa.array(ids, pa.int64()), "email": [f"{email}{i}" for i in ids],
+                     "clicks": pa.array([clicks] * n, pa.int64()),
+                     "ts": pa.array([ts] * n, pa.int64())})
+
+
+def read_file(table, path):
+    """A data file read straight from storage (local disk or S3), bypassing the merge."""
+    return pq.read_table(pa.BufferReader(table._storage.read_bytes(path)))
+
+
+def current(table, key="id"):
+    return {r[key]: r for r in table.to_arrow().to_pylist()}
+
+
+@pytest.fixture
+def users(lake):
+    return lake.create_table("crm.users", SCHEMA, primary_key=["id"], buckets=4)
+
+
+def test_upsert_replaces_by_key_and_dedupes_within_a_write(users):
+    users.upsert(rows([1, 2, 3], "a"))
+    users.upsert(pa.concat_tables([rows([2], "b"), rows([2], "c"), rows([4], "d")]))
+    got = current(users)
+    assert sorted(got) == [1, 2, 3, 4]
+    assert got[2]["email"] == "c2"  # the last version in input order wins
+    assert got[1]["email"] == "a1"
+    assert users.count() == 4
+
+
+def test_append_on_a_key_table_is_an_upsert(users):
+    users.append(rows([1], "a"))
+    users.append(rows([1], "b"))
+    assert [r["email"] for r in users.to_arrow().to_pylist()] == ["b1"]
+
+
+def test_runs_are_sorted_unique_and_bucketed(users):
+    users.upsert(rows(list(range(200))[::-1]))
+    files = users.files()
+    assert files.num_rows == 4 and sorted(files["bucket"].to_pylist()) == [0, 1, 2, 3]
+    for path, bucket in zip(files["path"].to_pylist(), files["bucket"].to_pylist(), strict=True):
+        assert f"/bucket-{bucket}/" in path
+        ids = read_file(users, path)["id"].to_pylist()
+        assert ids == sorted(set(ids))
+    from arrowlake.table.bucketing import bucket_of
+
+    for path, bucket in zip(files["path"].to_pylist(), files["bucket"].to_pylist(), strict=True):
+        data = read_file(users, path)
+        assert set(bucket_of(data, ["id"], 4).to_pylist()) == {bucket}
+
+
+def test_delete_writes_tombstones_without_rewriting(users):
+    users.upsert(rows(range(10)))
+    before = set(users.files()["path"].to_pylist())
+    res = users.delete(al.col("id").isin([3, 7]))
+    assert res.removed_rows == 2
+    assert set(users.files()["path"].to_pylist()) >= before  # nothing rewritten
+    assert sorted(current(users)) == [0, 1, 2, 4, 5, 6, 8, 9]
+    users.delete("clicks = 1 and id > 7")
+    assert sorted(current(users)) == [0, 1, 2, 4, 5, 6]
+    users.upsert(rows([3]))  # a deleted key can come back
+    assert 3 in current(users)
+
+
+def test_non_key_filter_is_applied_after_the_merge(users):
+    users.upsert(rows([1, 2], "old"))
+    users.upsert(rows([1], "new"))
+    # The first run still holds email 'old1'; pruning or filtering it before the merge would
+    # resurrect key 1 in its old version.
+    got = users.scan(filter="email = 'old1'").to_arrow()
+    assert got.num_rows == 0
+    assert users.scan(filter="email = 'new1'").to_arrow()["id"].to_pylist() == [1]
+    assert users.scan(filter="email = 'old1'").count() == 0
+
+
+def test_key_filters_prune_buckets_and_files(users):
+    users.upsert(rows(range(1000)))
+    users.upsert(rows(range(500, 600)))
+    scan = users.scan(filter="id = 42")
+    files = scan.files()
+    assert len(set(files["bucket"].to_pylist())) == 1
+    assert scan.to_arrow()["id"].to_pylist() == [42]
+    assert users.scan(filter=al.col("id").isin([1, 2, 3])).count() == 3
+    rng = users.scan(filter="id between 1000 and 2000").files()
+    assert rng.num_rows == 0  # no file's key range reaches 1000
+
+
+def test_sequence_field_orders_versions(lake):
+    t = lake.create_table("crm.s", SCHEMA, primary_key=["id"], buckets=2,
+                          sequence_field="ts")
+    t.upsert(rows([1], "late", ts=10))
+    t.upsert(rows([1], "early", ts=5))  # committed later, but older by ts
+    assert current(t)[1]["email"] == "late1"
+    t.upsert(rows([1], "tie", ts=10))  # equal ts: commit order breaks the tie
+    assert current(t)[1]["email"] == "tie1"
+
+
+def test_write_changes_with_strings_and_codes(users):
+    users.upsert(rows([1, 2, 3]))
+    cdc = rows([1, 2, 2, 4], "x").append_column("op", pa.array(["-D", "-U", "+U", "+I"]))
+    users.write_changes(cdc, row_kind="op")
+    got = current(users)
+    assert sorted(got) == [2, 3, 4] and got[2]["email"] == "x2"
+    codes = rows([3]).append_column("kind", pa.array([3], pa.int8()))
+    users.write_changes(codes, row_kind="kind")
+    assert sorted(current(users)) == [2, 4]
+    bad = rows([5]).append_column("op", pa.array(["+X"]))
+    with pytest.raises(ValidationError, match="unknown row kind"):
+        users.write_changes(bad)
+    with pytest.raises(ValidationError, match="no row-kind column"):
+        users.write_changes(rows([5]), row_kind="op")
+
+
+def test_partial_update(lake):
+    t = lake.create_table("crm.p", SCHEMA, primary_key=["id"], merge_engine="partial-update")
+    t.upsert(pa.table({"id": [1], "email": ["a"], "clicks": [None], "ts": [1]},
+                      schema=SCHEMA))
+    t.upsert(pa.table({"id": [1], "email": [None], "clicks": [7], "ts": [None]}, schema=SCHEMA))
+    assert current(t)[1] == {"id": 1, "email": "a", "clicks": 7, "ts": 1}
+    t.delete("id = 1")
+    assert current(t) == {}
+
+
+def test_aggregation(lake):
+    t = lake.create_table("crm.a", SCHEMA, primary_key=["id"], merge_engine="aggregation",
+                          aggregations={"clicks": "sum", "ts": "max"})
+    t.upsert(rows([1, 2], "a", clicks=1, ts=5))
+    t.upsert(rows([1], "b", clicks=10, ts=3))
+    got = current(t)
+    assert got[1]["clicks"] == 11 and got[1]["ts"] == 5 and got[1]["email"] == "b1"
+    t.compact(full=True)
+    assert current(t)[1]["clicks"] == 11
+
+
+def test_first_row(lake):
+    t = lake.create_table("crm.f", SCHEMA, primary_key=["id"], merge_engine="first-row")
+    t.upsert(rows([1], "first"))
+    t.upsert(rows([1, 2], "second"))
+    got = current(t)
+    assert got[1]["email"] == "first1" and got[2]["email"] == "second2"
+
+
+def test_merge_into(users):
+    users.upsert(rows([1, 2, 3], "t", ts=5))
+    source = pa.table({"id": pa.array([1, 2, 3, 9], pa.int64()),
+                       "email": ["s1", "s2", "s3", "s9"], "clicks": pa.array([0] * 4, pa.int64()),
+                       "ts": pa.array([9, 1, 9, 9], pa.int64()),
+                       "gone": [False, False, True, False]})
+    result = (users.merge(source, on="id")
+              .when_matched_delete(where="source.gone")
+              .when_matched_update(set={"email": "source.email"}, where="source.ts > target.ts")
+              .when_not_matched_insert()
+              .execute())
+    assert (result.inserted, result.updated, result.deleted, result.unchanged) == (1, 1, 1, 1)
+    got = current(users)
+    assert sorted(got) == [1, 2, 9]
+    assert got[1]["email"] == "s1" and got[1]["ts"] == 5  # only email was set
+    assert got[2]["email"] == "t2"  # condition false: unchanged
+    assert got[9]["clicks"] == 0
+
+
+def test_merge_update_without_set_takes_the_source_row(users):
+    users.upsert(rows([1], "t"))
+    (users.merge(rows([1], "s", clicks=3), on="id").when_matched_update().execute())
+    assert current(users)[1] == {"id": 1, "email": "s1", "clicks": 3, "ts": 0}
+
+
+def test_merge_rejects_duplicate_source_keys(users):
+    with pytest.raises(ValidationError, match="more than once"):
+        users.merge(rows([1, 1]), on="id").when_not_matched_insert().execute()
+    with pytest.raises(ValidationError, match="primary key"):
+        users.merge(rows([1]), on="email")
+
+
+def test_full_compaction_keeps_contents_and_history(users):
+    for i in range(4):
+        users.upsert(rows(range(i * 10, i * 10 + 30), f"v{i}"))
+    users.delete("id < 5")
+    before = users.to_arrow().sort_by("id")
+    snap = users.current_snapshot_id
+    result = users.compact(full=True)
+    assert result.snapshot_id == snap + 1 and not result.dropped
+    files = users.files()
+    assert files.num_rows == len(set(files["bucket"].to_pylist()))  # one run per bucket
+    assert users.to_arrow().sort_by("id").equals(before)
+    assert users.scan(snapshot=snap).to_arrow().sort_by("id").equals(before)
+    assert users.compact(full=True).snapshot_id is None  # nothing left to do
+
+
+def test_commits_trigger_compaction_over_max_runs(lake):
+    t = lake.create_table("crm.m", SCHEMA, primary_key=["id"], buckets=1,
+                          properties={"compaction.max-runs": "3"})
+    for i in range(6):
+        t.upsert(rows([1, 2, i + 10], f"v{i}"))
+        assert t.files().num_rows <= 3
+    assert sorted(current(t)) == [1, 2, 10, 11, 12, 13, 14, 15]
+    assert current(t)[1]["email"] == "v51"
+    assert "compact" in t.snapshots()["kind"].to_pylist()
+
+
+def test_compaction_that_loses_a_race_is_dropped(users, monkeypatch):
+    users.upsert(rows(range(20), "a"))
+    users.upsert(rows(range(10), "b"))
+    expected = users.to_arrow().sort_by("id")
+    from arrowlake.table import compaction
+
+    original = compaction._write_compacted
+    state = {"raced": False}
+
+    def racing(table, merged, runs):
+        if not state["raced"]:
+            state["raced"] = True
+            other = al.Table(table._lake, table._record)
+            monkeypatch.setattr(compaction, "_write_compacted", original)
+            assert other.compact(full=True).snapshot_id is not None
+            monkeypatch.setattr(compaction, "_write_compacted", racing)
+        return original(table, merged, runs)
+
+    monkeypatch.setattr(compaction, "_write_compacted", racing)
+    result = users.compact(full=True)
+    assert result.dropped and result.snapshot_id is None
+    assert users.to_arrow().sort_by("id").equals(expected)
+    from datetime import timedelta
+
+    assert users.remove_orphan_files(older_than=timedelta(0)).files == []
+
+
+def test_partitioned_key_table(lake):
+    schema = pa.schema([("day", pa.string()), ("id", pa.int64()), ("v", pa.int64())])
+    t = lake.create_table("crm.pk", schema, primary_key=["day", "id"], partition_by=["day"],
+                          buckets=2)
+    t.upsert(pa.table({"day": ["a", "a", "b"], "id": [1, 2, 1], "v": [1, 2, 3]}))
+    t.upsert(pa.table({"day": ["a"], "id": [1], "v": [10]}))
+    got = {(r["day"], r["id"]): r["v"] for r in t.to_arrow().to_pylist()}
+    assert got == {("a", 1): 10, ("a", 2): 2, ("b", 1): 3}
+    assert t.scan(filter="day = 'b'").files().num_rows == 1
+    t.overwrite(pa.table({"day": ["a"], "id": [5], "v": [5]}), filter="day = 'a'")
+    got = {(r["day"], r["id"]): r["v"] for r in t.to_arrow().to_pylist()}
+    assert got == {("a", 5): 5, ("b", 1): 3}
+    with pytest.raises(ValidationError, match="partition columns"):
+        t.overwrite(pa.table({"day": ["a"], "id": [5], "v": [5]}), filter="id = 5")
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"primary_key": ["nope"]}, al.ColumnNotFound, "nope"),
+    ({"primary_key": ["id"], "merge_engine": "magic"}, ValidationError, "Unknown merge_engine"),
+    ({"primary_key": ["id"], "merge_engine": "aggregation",
+      "aggregations": {"email": "sum"}}, SchemaMismatch, "sum"),
+    ({"primary_key": ["id"], "partition_by": ["email"]}, ValidationError,
+     "must be part of the primary key"),
+    ({"primary_key": ["id"], "buckets": 0}, ValidationError, "buckets"),
+    ({"primary_key": ["id"], "sequence_field": "email"}, SchemaMismatch, "sequence_field"),
+    ({"merge_engine": "first-row"}, ValidationError, "need a primary_key"),
+    ({"primary_key": ["id"], "colour": "red"}, ValidationError, "Unknown table options"),
+])
+def test_bad_definitions_are_refused(lake, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        lake.create_table("crm.bad", SCHEMA, **kwargs)
+    assert lake.tables() == []
+
+
+def test_null_keys_and_key_changes_are_refused(users):
+    with pytest.raises(SchemaMismatch, match="'id' is not nullable"):
+        users.upsert(pa.table({"id": pa.array([1, None], pa.int64()), "email": ["a", "b"]}))
+    assert users.current_snapshot_id is None
+    with pytest.raises(SchemaMismatch, match="primary key"):
+        users.drop_column("id")
+    with pytest.raises(SchemaMismatch, match="primary key"):
+        users.rename_column("id", "uid")
+    with pytest.raises(ValidationError, match="primary-key"):
+        users.alter_column("id", pa.int64())
+    with pytest.raises(ValidationError, match="cannot be changed"):
+        users.set_properties(**{"merge-engine": "first-row"})
+
+
+def test_upsert_needs_a_key(lake):
+    t = lake.create_table("crm.plain", SCHEMA)
+    with pytest.raises(ValidationError, match="needs a table with a primary key"):
+        t.upsert(rows([1]))
+    with pytest.raises(ValidationError, match="needs a table with a primary key"):
+        t.compact()
+    assert t.current_snapshot_id is None
+
+
+def test_pandas_and_batches_see_merged_rows(users):
+    users.upsert(rows([1, 2], "a"))
+    users.upsert(rows([2], "b"))
+    df = users.to_pandas().sort_values("id")
+    assert df["email"].tolist() == ["a1", "b2"]
+    batches = list(users.scan(columns=["email"]).to_batches())
+    assert sorted(v for b in batches for v in b["email"].to_pylist()) == ["a1", "b2"]
