@@ -82,3 +82,9 @@ def test_from_pandas_with_partitions(lake):
     t = lake.from_pandas("n.parts", df, splits_num=1, partition_by=["day"])
     assert t.files().num_rows == 2
     assert t.scan(filter="day = 'd1'").to_pandas()["v"].sort_values().tolist() == [1, 3]
+
+
+def test_from_pandas_primary_key_table(lake):
+    df = pd.DataFrame({"id": [1, 2, 1], "v": ["a", "b", "c"]})
+    t = lake.from_pandas("n.pk", df, primary_key=["id"], buckets=2)
+    assert t.to_pandas().sort_values("id")["v"].tolist() == ["c", "b"]

@@ -114,7 +114,10 @@ def from_pandas(lake: Any, name: str, df: pd.DataFrame, *, schema: Any = None,
     df = rename_for_schema(df, table_schema)
     table = lake.create_table(name, table_schema, **create_table_options)
     try:
-        if len(df):
+        if len(df) and table.primary_key:
+            # Rows of a key table are laid out by bucket, one sorted run each.
+            table.upsert(df)
+        elif len(df):
             # One file per split: the target size is set so that no split is cut again.
             data = pandas_to_arrow(df)
             n = len(df)
