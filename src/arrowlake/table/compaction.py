@@ -87,7 +87,9 @@ def compact(table: Table, full: bool = False,
     # cannot say "reset by a retraction", so for them a bucket is always compacted whole.
     from arrowlake.table.merging import Deduplicate, FirstRow
 
-    newer_runs_alone = isinstance(table._merge_spec().engine, (Deduplicate, FirstRow))
+    spec = table._merge_spec()
+    assert spec is not None
+    newer_runs_alone = isinstance(spec.engine, (Deduplicate, FirstRow))
     plan: list[tuple[list[FileTask], bool]] = []  # (runs, includes the oldest run)
     for group in bucket_groups(tasks):
         if wanted is not None and (group[0].partition_id, group[0].bucket) not in wanted:

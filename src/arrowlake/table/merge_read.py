@@ -29,7 +29,8 @@ KIND_COLUMN = "_al_row_kind"
 def split_filter(expr: Expr, key: Sequence[str]) -> tuple[Expr, Expr]:
     """``(key-only conjuncts, the rest)`` of a filter."""
     keys = set(key)
-    on_key, rest = [], []
+    on_key: list[Expr] = []
+    rest: list[Expr] = []
     for c in conjuncts(expr):
         (on_key if referenced_columns(c) <= keys else rest).append(c)
     return and_all(on_key), and_all(rest)

@@ -22,12 +22,11 @@ from arrowlake.table.writes import WriteResult
 if TYPE_CHECKING:
     import pandas as pd
 
-    from arrowlake.table.compaction import CompactionResult
-    from arrowlake.table.merge_into import MergeBuilder
-
     from arrowlake.io.storage import Storage
     from arrowlake.lake import Lake
     from arrowlake.metastore.store import Metastore, TableRecord
+    from arrowlake.table.compaction import CompactionResult
+    from arrowlake.table.merge_into import MergeBuilder
 
 
 class Table:
