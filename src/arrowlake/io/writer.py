@@ -193,7 +193,7 @@ class DataFileWriter:
 # dictionary, overflows its page limit and falls back to plain encoding, which makes writing
 # about twice as slow and files larger. So each file samples its first rows and dictionary-
 # encodes only the columns whose values repeat enough.
-_DICT_SAMPLE_ROWS = 65_536
+_DICT_SAMPLE_ROWS = 16_384
 _DICT_MAX_DISTINCT_RATIO = 0.5
 
 
@@ -203,8 +203,9 @@ def dictionary_columns(table: pa.Table) -> list[str]:
     chosen = []
     for field in table.schema:
         t = field.type
-        if pa.types.is_nested(t) or pa.types.is_boolean(t) or pa.types.is_null(t):
-            continue
+        if (pa.types.is_nested(t) or pa.types.is_boolean(t) or pa.types.is_null(t)
+                or pa.types.is_floating(t)):
+            continue  # measured values rarely repeat; booleans are bit-packed anyway
         col = sample.column(field.name)
         try:
             distinct = pc.count_distinct(col, mode="all").as_py()
