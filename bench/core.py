@@ -23,7 +23,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-import arrowlake as al  # noqa: E402
+import arrowlake as al
 
 
 def make_rows(n: int) -> pa.Table:

@@ -12,6 +12,14 @@ import pytest
 import arrowlake as al
 
 METASTORES = ["sqlite", "postgres"]
+#: Where the `lake` fixture keeps table files, besides local disk: "<metastore>-s3" is an S3
+#: warehouse on the moto server. The whole suite runs on SQLite + S3; PostgreSQL + S3 runs the
+#: representative subset in tests/test_s3_tables.py (the cross product would double S3 time).
+LAKE_KINDS = [*METASTORES, "sqlite-s3", "postgres-s3"]
+#: Tests that check table files with os.path, which cannot see S3; tests/test_s3_tables.py checks
+#: the same behaviour through the storage layer.
+LOCAL_PATH_TESTS = {"test_expire_snapshots_and_time_travel_limits", "test_remove_orphan_files",
+                    "test_drop_table_keeps_or_purges_files"}
 
 
 @pytest.fixture(scope="session")
@@ -32,16 +40,51 @@ def pg_server(tmp_path_factory: pytest.TempPathFactory):
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def s3_server():
+    """One moto S3 server for the whole run (tests take a bucket each)."""
+    from tests.services import ServiceStartError, start_s3
+
+    try:
+        server = start_s3()
+    except ServiceStartError as exc:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip(f"The S3 test server could not be started here: {exc}")
+    yield server
+    server.stop()
+
+
+_BUCKETS = iter(range(1, 1 << 30))
+
+
+def s3_warehouse(request: pytest.FixtureRequest) -> tuple[str, dict]:
+    """A fresh bucket on the session's S3 server: (warehouse URL, storage options)."""
+    server = request.getfixturevalue("s3_server")
+    bucket = server.create_bucket(f"lake-{os.getpid()}-{next(_BUCKETS)}")
+    return f"s3://{bucket}/warehouse", server.storage_options()
+
+
 def make_lake(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> al.Lake:
+    if kind.endswith("-s3"):
+        warehouse, options = s3_warehouse(request)
+        if kind.startswith("sqlite"):
+            return al.connect(f"sqlite:///{tmp_path}/meta.db", warehouse=warehouse,
+                              storage_options=options)
+        server = request.getfixturevalue("pg_server")
+        return al.connect(server.create_database(), warehouse=warehouse,
+                          storage_options=options)
     if kind == "sqlite":
         return al.connect(tmp_path / "lake")
     server = request.getfixturevalue("pg_server")
     return al.connect(server.create_database(), warehouse=str(tmp_path / "warehouse"))
 
 
-@pytest.fixture(params=METASTORES)
+@pytest.fixture(params=LAKE_KINDS)
 def lake(request: pytest.FixtureRequest, tmp_path: Path):
-    """An empty lake, once with an SQLite and once with a PostgreSQL metastore."""
+    """An empty lake: SQLite and PostgreSQL metastores, with files on local disk and on S3."""
+    if request.param.endswith("-s3") and request.function.__name__ in LOCAL_PATH_TESTS:
+        pytest.skip("checks files with os.path; tests/test_s3_tables.py covers it on S3")
     lake = make_lake(request.param, tmp_path, request)
     yield lake
     lake.close()

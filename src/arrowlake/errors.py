@@ -7,6 +7,8 @@ of missing things also subclass :class:`LookupError`, so generic handlers keep w
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class ArrowlakeError(Exception):
     """Base class of every error arrowlake raises on purpose."""
@@ -90,7 +92,7 @@ class MissingDependency(ArrowlakeError, ImportError):
     """An optional dependency is needed for this call; the message names the extra to install."""
 
 
-def require(module: str, extra: str, feature: str):  # type: ignore[no-untyped-def]
+def require(module: str, extra: str, feature: str) -> Any:
     """Import an optional module, or raise :class:`MissingDependency` naming the extra."""
     import importlib
 

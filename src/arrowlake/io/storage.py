@@ -7,6 +7,7 @@ scheme in :func:`storage_for`.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 from abc import ABC, abstractmethod
@@ -37,6 +38,11 @@ class Storage(ABC):
 
     #: Whether the backend has cheap, atomic renames (object stores do not).
     atomic_rename: bool = False
+    #: Whether each request costs tens of milliseconds (object stores): readers then fetch
+    #: footers and column chunks concurrently up front instead of letting pyarrow read on demand.
+    high_latency: bool = False
+    #: How many requests a reader keeps in flight on this storage.
+    max_in_flight: int = 16
 
     @abstractmethod
     def filesystem(self) -> pafs.FileSystem:
@@ -52,6 +58,20 @@ class Storage(ABC):
 
     @abstractmethod
     def read_bytes(self, path: str) -> bytes: ...
+
+    @abstractmethod
+    def read_range(self, path: str, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of a file."""
+
+    @abstractmethod
+    def read_suffix(self, path: str, length: int) -> bytes:
+        """The last ``length`` bytes of a file (all of it if it is shorter)."""
+
+    async def read_range_async(self, path: str, start: int, end: int) -> bytes:
+        return await asyncio.to_thread(self.read_range, path, start, end)
+
+    async def read_suffix_async(self, path: str, length: int) -> bytes:
+        return await asyncio.to_thread(self.read_suffix, path, length)
 
     @abstractmethod
     def delete(self, paths: Iterable[str]) -> None:
@@ -101,6 +121,23 @@ class LocalStorage(Storage):
     def read_bytes(self, path: str) -> bytes:
         try:
             with open(path, "rb") as f:
+                return f.read()
+        except OSError as exc:
+            raise StorageError(f"Cannot read {path}: {exc}") from exc
+
+    def read_range(self, path: str, start: int, end: int) -> bytes:
+        try:
+            with open(path, "rb") as f:
+                f.seek(start)
+                return f.read(end - start)
+        except OSError as exc:
+            raise StorageError(f"Cannot read {path}: {exc}") from exc
+
+    def read_suffix(self, path: str, length: int) -> bytes:
+        try:
+            with open(path, "rb") as f:
+                size = f.seek(0, os.SEEK_END)
+                f.seek(max(0, size - length))
                 return f.read()
         except OSError as exc:
             raise StorageError(f"Cannot read {path}: {exc}") from exc

@@ -289,16 +289,24 @@ class FileSetWriter:
                 w.flush()
 
     def close(self) -> list[NewFile]:
-        files: list[NewFile] = []
-        for w in self._writers.values():
-            w.flush()
-        for w in self._writers.values():
-            files.extend(w.close())
-        return files
+        return close_all(list(self._writers.values()))
 
     def abort(self) -> None:
         for w in self._writers.values():
             w.abort()
+
+
+def close_all(writers: Sequence[DataFileWriter]) -> list[NewFile]:
+    """Finish every writer and return their files (all writers share one storage)."""
+    for w in writers:
+        w.flush()
+    if len(writers) <= 1 or not writers[0].target.storage.high_latency:
+        return [f for w in writers for f in w.close()]
+    # Finishing a file on an object store is a request (the upload's completion): finish them
+    # all at once, on a pool of their own since closing waits for tasks on the shared one.
+    with ThreadPoolExecutor(max_workers=min(len(writers), 16),
+                            thread_name_prefix="arrowlake-close") as pool:
+        return [f for files in pool.map(DataFileWriter.close, writers) for f in files]
 
 
 def write_batches(target: FileTarget, batches: Iterable[pa.RecordBatch],

@@ -17,6 +17,7 @@ import pyarrow.dataset as ds
 
 from arrowlake.errors import ValidationError
 from arrowlake.expressions import AlwaysTrue, referenced_columns, rename_columns, to_arrow
+from arrowlake.io.storage import Storage
 from arrowlake.scan.split import FileTask, Split
 from arrowlake.schema import field_id
 
@@ -29,10 +30,31 @@ _FORMAT = ds.ParquetFileFormat(
 class _GroupRead:
     """How to read one group of files written in the same schema version."""
 
-    dataset: ds.FileSystemDataset
+    storage: Storage
+    files: list[FileTask]
+    file_schema: pa.Schema
+    read_columns: list[str]  # the files' columns that are read (projection and filter)
     columns: list[str] | dict[str, pc.Expression]
     filter: pc.Expression | None  # pushed down into the dataset scan
     residual: pc.Expression | None  # applied after reading (filter needs columns not in files)
+
+    def datasets(self) -> Iterator[ds.FileSystemDataset]:
+        """The files as datasets to scan: one, or on high-latency storage one per window of
+        files, each fetched concurrently (only the chunks read) while the previous is decoded."""
+        storage = self.storage
+        if not storage.high_latency:
+            fs = storage.filesystem()
+            fragments = [_FORMAT.make_fragment(storage.fs_path(f.path), fs, file_size=f.file_size)
+                         for f in self.files]
+            yield ds.FileSystemDataset(fragments, self.file_schema, _FORMAT, fs)
+            return
+        from arrowlake.io.prefetch import FileRef, prefetched_windows
+
+        refs = [FileRef(f.path, f.file_size) for f in self.files]
+        for window in prefetched_windows(storage, refs, _FORMAT, columns=self.read_columns,
+                                         filter=self.filter, schema=self.file_schema):
+            yield ds.FileSystemDataset(window.fragments, self.file_schema, _FORMAT,
+                                       window.filesystem)
 
 
 def _group_by_schema(files: Sequence[FileTask]) -> list[tuple[int, list[FileTask]]]:
@@ -46,11 +68,6 @@ def _plan_group(split: Split, schema_id: int, files: list[FileTask],
                 needed: Sequence[str]) -> _GroupRead:
     file_schema = split.file_schemas[schema_id]
     by_id = {field_id(f): f for f in file_schema}
-    storage = split.storage
-    fs = storage.filesystem()
-    fragments = [_FORMAT.make_fragment(storage.fs_path(f.path), fs, file_size=f.file_size)
-                 for f in files]
-    dataset = ds.FileSystemDataset(fragments, file_schema, _FORMAT, fs)
 
     physical: dict[str, str | None] = {}
     simple = True
@@ -89,7 +106,8 @@ def _plan_group(split: Split, schema_id: int, files: list[FileTask],
                 pushed = None
         if pushed is None:
             residual = to_arrow(split.filter, split.schema)
-    return _GroupRead(dataset, columns, pushed, residual)
+    read_columns = [c for c in physical.values() if c is not None]
+    return _GroupRead(split.storage, files, file_schema, read_columns, columns, pushed, residual)
 
 
 def _needed_columns(split: Split) -> tuple[list[str], bool]:
@@ -126,18 +144,19 @@ def read_split(split: Split) -> Iterator[pa.RecordBatch]:
     remaining = split.limit
     for schema_id, files in _group_by_schema(split.files):
         group = _plan_group(split, schema_id, files, needed)
-        batches = group.dataset.to_batches(columns=group.columns, filter=group.filter,
-                                           batch_size=split.batch_size, use_threads=True)
-        for batch in batches:
-            batch = _finish(batch, group, split, extra, out_schema)
-            if batch.num_rows == 0:
-                continue
-            if remaining is not None:
-                if batch.num_rows >= remaining:
-                    yield batch.slice(0, remaining)
-                    return
-                remaining -= batch.num_rows
-            yield batch
+        for dataset in group.datasets():
+            batches = dataset.to_batches(columns=group.columns, filter=group.filter,
+                                         batch_size=split.batch_size, use_threads=True)
+            for batch in batches:
+                batch = _finish(batch, group, split, extra, out_schema)
+                if batch.num_rows == 0:
+                    continue
+                if remaining is not None:
+                    if batch.num_rows >= remaining:
+                        yield batch.slice(0, remaining)
+                        return
+                    remaining -= batch.num_rows
+                yield batch
 
 
 def read_split_table(split: Split) -> pa.Table:
@@ -149,13 +168,14 @@ def read_split_table(split: Split) -> pa.Table:
     tables = []
     for schema_id, files in _group_by_schema(split.files):
         group = _plan_group(split, schema_id, files, needed)
-        table = group.dataset.to_table(columns=group.columns, filter=group.filter,
-                                       batch_size=split.batch_size, use_threads=True)
-        if group.residual is not None:
-            table = table.filter(group.residual)
-        if extra or table.schema.names != list(split.columns):
-            table = table.select(list(split.columns))
-        tables.append(table.cast(out_schema) if table.schema != out_schema else table)
+        for dataset in group.datasets():
+            table = dataset.to_table(columns=group.columns, filter=group.filter,
+                                     batch_size=split.batch_size, use_threads=True)
+            if group.residual is not None:
+                table = table.filter(group.residual)
+            if extra or table.schema.names != list(split.columns):
+                table = table.select(list(split.columns))
+            tables.append(table.cast(out_schema) if table.schema != out_schema else table)
     if not tables:
         return out_schema.empty_table()
     return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
@@ -172,9 +192,10 @@ def count_split(split: Split) -> int:
     total = 0
     for schema_id, files in _group_by_schema(split.files):
         group = _plan_group(narrowed, schema_id, files, needed)
-        if group.residual is None:
-            total += group.dataset.count_rows(filter=group.filter)
-        else:
-            table = group.dataset.to_table(columns=group.columns, filter=group.filter)
-            total += table.filter(group.residual).num_rows
+        for dataset in group.datasets():
+            if group.residual is None:
+                total += dataset.count_rows(filter=group.filter)
+            else:
+                table = dataset.to_table(columns=group.columns, filter=group.filter)
+                total += table.filter(group.residual).num_rows
     return total

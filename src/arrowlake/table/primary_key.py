@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 
 from arrowlake.errors import CommitConflict, SchemaMismatch, ValidationError
 from arrowlake.io.stats import encode_scalar
-from arrowlake.io.writer import DataFileWriter, FileTarget, split_by_columns
+from arrowlake.io.writer import DataFileWriter, FileTarget, close_all, split_by_columns
 from arrowlake.metastore.store import NewFile
 from arrowlake.schema import FIELD_ID_KEY, find_field
 from arrowlake.table.bucketing import bucket_of
@@ -244,8 +244,7 @@ def write_runs(table: Table, rows: pa.Table) -> list[NewFile]:
             for batch in run.to_batches():
                 writer.write(batch)
             writer.flush()
-        for writer in writers:
-            files.extend(writer.close())
+        files = close_all(writers)
     except BaseException:
         for writer in writers:
             writer.abort()

@@ -11,6 +11,7 @@ newer runs only) the key keeps a ``-D`` row so that it still shadows the runs le
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -41,7 +42,7 @@ from arrowlake.table.merging.versions import (
 
 
 @dataclass(frozen=True)
-class MergeEngine:
+class MergeEngine(ABC):
     """Base class: how the versions of a primary key merge into one row."""
 
     name = "deduplicate"
@@ -63,10 +64,11 @@ class MergeEngine:
             )
         return self._merge(table, list(key), sequence_field, keep_retractions)
 
+    @abstractmethod
     def _merge(
         self, table: pa.Table, key: list[str], sequence_field: str | None, keep_retractions: bool
     ) -> pa.Table:
-        raise NotImplementedError
+        """Each engine's reduction of the versions (``merge`` checks the input first)."""
 
 
 @dataclass(frozen=True)
