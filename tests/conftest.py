@@ -18,9 +18,6 @@ METASTORES = ["sqlite", "postgres"]
 LAKE_KINDS = [*METASTORES, "sqlite-s3", "postgres-s3"]
 #: Tests that check table files with os.path, which cannot see S3; tests/test_s3_tables.py checks
 #: the same behaviour through the storage layer.
-LOCAL_PATH_TESTS = {"test_expire_snapshots_and_time_travel_limits", "test_remove_orphan_files",
-                    "test_drop_table_keeps_or_purges_files"}
-
 
 @pytest.fixture(scope="session")
 def pg_server(tmp_path_factory: pytest.TempPathFactory):
@@ -83,8 +80,6 @@ def make_lake(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> al.L
 @pytest.fixture(params=LAKE_KINDS)
 def lake(request: pytest.FixtureRequest, tmp_path: Path):
     """An empty lake: SQLite and PostgreSQL metastores, with files on local disk and on S3."""
-    if request.param.endswith("-s3") and request.function.__name__ in LOCAL_PATH_TESTS:
-        pytest.skip("checks files with os.path; tests/test_s3_tables.py covers it on S3")
     lake = make_lake(request.param, tmp_path, request)
     yield lake
     lake.close()
@@ -126,3 +121,13 @@ def orders(lake: al.Lake) -> al.Table:
 
 def sorted_rows(table: pa.Table, key: str = "order_id") -> list[dict]:
     return table.sort_by(key).to_pylist()
+
+
+def stored_paths(table: al.Table) -> set[str]:
+    """Every file under the table's location, as its storage lists it (local disk or S3)."""
+    return {f.path for f in table._storage.list_files(table.location)}
+
+
+def put_file(table: al.Table, path: str, data: bytes) -> None:
+    with table._storage.open_output(path) as out:
+        out.write(data)

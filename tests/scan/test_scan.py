@@ -14,7 +14,7 @@ import pytest
 
 import arrowlake as al
 from arrowlake.errors import ColumnNotFound, FilterSyntaxError, SnapshotNotFound, TagNotFound
-from tests.conftest import orders_data, sorted_rows
+from tests.conftest import orders_data, put_file, sorted_rows, stored_paths
 
 
 @pytest.fixture
@@ -180,8 +180,8 @@ def test_expire_snapshots_and_time_travel_limits(filled):
     assert res.expired_snapshots == [1, 2]
     assert filled.snapshots()["snapshot_id"].to_pylist() == [3]
     assert filled.count() == 30
-    import os
-    gone = [p for p in files_before if not os.path.exists(p)]
+    present = stored_paths(filled)
+    gone = [p for p in files_before if p not in present]
     assert gone and all(p not in filled.files().column("path").to_pylist() for p in gone)
     with pytest.raises(SnapshotNotFound):
         filled.scan(snapshot=1)
@@ -198,13 +198,11 @@ def test_expire_keeps_tagged_and_young_snapshots(filled):
 
 
 def test_remove_orphan_files(filled):
-    import os
-    stray = os.path.join(filled.location, "data", "stray.parquet")
-    with open(stray, "wb") as f:
-        f.write(b"junk")
+    stray = filled._storage.join(filled.location, "data", "stray.parquet")
+    put_file(filled, stray, b"junk")
     assert filled.remove_orphan_files().files == []  # younger than a day
     found = filled.remove_orphan_files(older_than=timedelta(0))
-    assert found.files == [stray] and found.dry_run and os.path.exists(stray)
+    assert found.files == [stray] and found.dry_run and stray in stored_paths(filled)
     filled.remove_orphan_files(older_than=timedelta(0), dry_run=False)
-    assert not os.path.exists(stray)
+    assert stray not in stored_paths(filled)
     assert filled.count() == 30
