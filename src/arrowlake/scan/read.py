@@ -132,31 +132,40 @@ def _finish(batch: pa.RecordBatch, group: _GroupRead, split: Split, extra: bool,
     return batch
 
 
+def limited(batches: Iterator[pa.RecordBatch], limit: int | None) -> Iterator[pa.RecordBatch]:
+    """``batches`` without empty ones, stopping after ``limit`` rows (and the reading behind
+    them, since the caller's generator is closed)."""
+    remaining = limit
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        if remaining is not None:
+            if batch.num_rows >= remaining:
+                yield batch.slice(0, remaining)
+                return
+            remaining -= batch.num_rows
+        yield batch
+
+
 def read_split(split: Split) -> Iterator[pa.RecordBatch]:
     """Yield the split's rows batch by batch (bounded memory)."""
     if split.merge is not None:
         from arrowlake.table.merge_read import read_merged
 
-        yield from read_merged(split)
-        return
+        return read_merged(split)
+    return limited(_read_plain(split), split.limit)
+
+
+def _read_plain(split: Split) -> Iterator[pa.RecordBatch]:
     needed, extra = _needed_columns(split)
     out_schema = split.output_schema()
-    remaining = split.limit
     for schema_id, files in _group_by_schema(split.files):
         group = _plan_group(split, schema_id, files, needed)
         for dataset in group.datasets():
             batches = dataset.to_batches(columns=group.columns, filter=group.filter,
                                          batch_size=split.batch_size, use_threads=True)
             for batch in batches:
-                batch = _finish(batch, group, split, extra, out_schema)
-                if batch.num_rows == 0:
-                    continue
-                if remaining is not None:
-                    if batch.num_rows >= remaining:
-                        yield batch.slice(0, remaining)
-                        return
-                    remaining -= batch.num_rows
-                yield batch
+                yield _finish(batch, group, split, extra, out_schema)
 
 
 def read_split_table(split: Split) -> pa.Table:

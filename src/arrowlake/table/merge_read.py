@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from arrowlake.expressions import AlwaysTrue, Expr, and_all, conjuncts, referenced_columns
-from arrowlake.scan.read import read_split_table
+from arrowlake.scan.read import limited, read_split_table
 from arrowlake.scan.split import FileTask, MergeSpec, Split
 from arrowlake.table.merging import ROW_KIND, SEQUENCE
 
@@ -91,7 +91,6 @@ def read_merged(split: Split) -> Iterator[pa.RecordBatch]:
     needed = _needed(split, spec, residual)
     out_schema = split.output_schema()
     groups = bucket_groups(split.files)
-    remaining = split.limit
 
     def work(files: list[FileTask]) -> pa.Table:
         merged = merge_bucket(split, files, needed, pushed)
@@ -113,14 +112,8 @@ def read_merged(split: Split) -> Iterator[pa.RecordBatch]:
                 for future in ahead:
                     future.cancel()
 
-    for table in merged_tables():
-        for batch in table.to_batches(max_chunksize=split.batch_size):
-            if remaining is not None:
-                if batch.num_rows >= remaining:
-                    yield batch.slice(0, remaining)
-                    return
-                remaining -= batch.num_rows
-            yield batch
+    batches = (b for t in merged_tables() for b in t.to_batches(max_chunksize=split.batch_size))
+    yield from limited(batches, split.limit)
 
 
 def split_residual(residual: Expr, merged: pa.Table) -> pa.Array:
