@@ -106,6 +106,15 @@ def tombstone(row: dict) -> dict:
     return {**row, ROW_KIND: RowKind.DELETE.value}
 
 
+def restarts(row: dict) -> bool:
+    return row[ROW_KIND] == RowKind.RESTART
+
+
+def as_addition(row: dict) -> dict:
+    """A merged row that no longer needs to hide older versions: a restart becomes +U."""
+    return {**row, ROW_KIND: RowKind.UPDATE_AFTER.value} if restarts(row) else row
+
+
 def model_deduplicate(rows, key, sequence_field, keep, ignore_delete=False):
     out = []
     for versions in by_key(rows, key).values():
@@ -119,7 +128,7 @@ def model_deduplicate(rows, key, sequence_field, keep, ignore_delete=False):
             if keep:
                 out.append(tombstone(newest))
         else:
-            out.append(newest)
+            out.append(newest if keep else as_addition(newest))
     return out
 
 
@@ -128,7 +137,7 @@ def model_first_row(rows, key, sequence_field):
     for versions in by_key(rows, key).values():
         versions = [v for v in version_order(versions, sequence_field) if not retracts(v)]
         if versions:
-            out.append(versions[0])
+            out.append(as_addition(versions[0]))
     return out
 
 
@@ -145,14 +154,20 @@ def model_partial_update(rows, key, sequence_field, keep, ignore_delete=False):
                 out.append(tombstone(versions[-1]))
             continue
         merged: dict = {}
+        restarted = False
         for version in versions:
             if retracts(version):
-                merged = {}  # a retraction resets the row
+                merged, restarted = {}, True  # a retraction resets the row
                 continue
+            if restarts(version):
+                merged, restarted = {}, True  # and so does a restart, keeping its values
             for column, value in version.items():
                 if column in key or column in (ROW_KIND, SEQUENCE) or value is not None:
                     merged[column] = value
-        out.append({column: merged.get(column) for column in versions[-1]})
+        row = as_addition({column: merged.get(column) for column in versions[-1]})
+        if keep and restarted:
+            row[ROW_KIND] = RowKind.RESTART.value
+        out.append(row)
     return out
 
 
@@ -197,20 +212,23 @@ def model_aggregation(rows, key, sequence_field, keep, engine: Aggregation):
     out = []
     for versions in by_key(rows, key).values():
         versions = version_order(versions, sequence_field)
+        restarted = False
         if engine.remove_record_on_delete:
             deletes = [i for i, v in enumerate(versions) if v[ROW_KIND] == RowKind.DELETE]
             if deletes and deletes[-1] == len(versions) - 1:
                 if keep:
                     out.append(tombstone(versions[-1]))
                 continue
-            if deletes:
-                versions_in = versions[deletes[-1] + 1 :]
-            else:
-                versions_in = versions
+            starts = [i + 1 for i in deletes] + [i for i, v in enumerate(versions) if restarts(v)]
+            versions_in = versions[max(starts):] if starts else versions
+            restarted = bool(starts)
         else:
             versions_in = versions
         newest = versions[-1]
-        kind = RowKind.UPDATE_AFTER.value if retracts(newest) else newest[ROW_KIND]
+        kind = RowKind.UPDATE_AFTER.value if retracts(newest) or restarts(newest) \
+            else newest[ROW_KIND]
+        if keep and restarted:
+            kind = RowKind.RESTART.value
         merged = {**newest, ROW_KIND: kind}
         for column in VALUE_COLUMNS:
             function = engine.function_of(column)
@@ -662,7 +680,7 @@ def test_missing_columns_are_named():
 
 def test_bad_row_kind_values():
     table = to_table([{"k": 1, SEQUENCE: 1, ROW_KIND: 7}])
-    with pytest.raises(ValidationError, match="outside 0..3"):
+    with pytest.raises(ValidationError, match="outside 0..4"):
         Deduplicate().merge(table, ["k"])
 
 

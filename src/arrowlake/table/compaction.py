@@ -42,9 +42,10 @@ def _has_retractions(task_stats: str) -> bool:
 
     stats = json.loads(task_stats)
     entry = stats.get(str(KIND_FIELD_ID))
-    # +I is 0 and +U is 2: a maximum of 1 or 3, or any doubt, means retractions may be present.
-    return entry is None or entry[1] is None or entry[1] in (1, 3) or (
-        entry[0] is not None and entry[0] in (1, 3))
+    # Runs hold +I (0), +U (2), -D (3) and the internal restart (4), never -U: a maximum of 3
+    # or more, or any doubt, means the run has rows a full compaction rewrites.
+    return entry is None or entry[0] is None or entry[1] is None or entry[1] >= 3 or \
+        entry[0] == 1
 
 
 def _pick_tiered(runs: list[FileTask], max_runs: int, ratio: float) -> list[FileTask]:
@@ -96,8 +97,11 @@ def compact(table: Table, full: bool = False,
             continue
         runs = sorted(group, key=lambda f: (f.seq_max or 0, f.file_id))
         if full:
-            pick = runs if len(runs) > 1 or _has_retractions(stats_by_id[runs[0].file_id]) \
-                else []
+            # A lone run is rewritten only to drop its tombstones, which a table with a sequence
+            # field keeps (see below).
+            pick = runs if len(runs) > 1 or (
+                spec.sequence_field is None and _has_retractions(stats_by_id[runs[0].file_id])
+            ) else []
         else:
             pick = _pick_tiered(runs, max_runs, ratio)
             if pick and not newer_runs_alone:
@@ -113,8 +117,10 @@ def compact(table: Table, full: bool = False,
         for runs, includes_oldest in plan:
             split = make_splits(view, runs, columns=columns, expr=AlwaysTrue(),
                                 target_bytes=1 << 62, merge=merge)[0]
-            merged = merge_bucket(split, runs, columns, AlwaysTrue(),
-                                  keep_retractions=not includes_oldest)
+            # Tombstones may go once nothing older is left to hide, except with a sequence
+            # field: a version written later with a smaller sequence value must stay hidden.
+            keep = not includes_oldest or spec.sequence_field is not None
+            merged = merge_bucket(split, runs, columns, AlwaysTrue(), keep_retractions=keep)
             added += _write_compacted(table, merged, runs)
         change = SnapshotChange(
             kind="compact", schema_id=table._record.current_schema_id, add=added,

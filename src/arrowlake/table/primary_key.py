@@ -224,7 +224,9 @@ def write_runs(table: Table, rows: pa.Table) -> list[NewFile]:
         for values, part in groups:
             part = pa.Table.from_batches([part]) if isinstance(part, pa.RecordBatch) else part
             bucket = int(values[-1].as_py())
-            run = dedupe_within_write(part.drop_columns(["_al_bucket"]), key, engine, seq_field)
+            # Partition columns are constant here: sorting by the rest is the same order.
+            run = dedupe_within_write(part.drop_columns(["_al_bucket"]), key, engine, seq_field,
+                                      constant=rec.partition_by)
             run = run.rename_columns([KIND_COLUMN if c == ROW_KIND else c
                                       for c in run.column_names]).select(schema.names)
             run = pa.Table.from_arrays(run.columns, schema=schema)
@@ -314,7 +316,10 @@ def write_changes(table: Table, data: Any, row_kind: str = "op", *,
             kinds.append(row_kinds_from(batch.column(row_kind)))
             yield batch.drop_columns([row_kind])
 
-    rows = collect(table, data_batches(), where="change data")
+    # A reader (not a bare generator) keeps the schema known when the input has no rows.
+    stripped = schema.remove(schema.get_field_index(row_kind))
+    reader = pa.RecordBatchReader.from_batches(stripped, data_batches())
+    rows = collect(table, reader, where="change data")
     codes = pa.concat_arrays(kinds) if kinds else pa.array([], pa.int8())
     return commit_rows(table, with_kinds(rows, codes), "changes", commit_id=commit_id)
 

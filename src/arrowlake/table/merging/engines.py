@@ -53,20 +53,30 @@ class MergeEngine(ABC):
         key: Sequence[str],
         sequence_field: str | None = None,
         keep_retractions: bool = False,
+        *,
+        constant: Sequence[str] = (),
     ) -> pa.Table:
         """Merge the versions of each key of ``table``: one row per surviving key, by key.
 
         ``table`` needs the ``_seq`` column; without ``_row_kind`` every row is an insert.
+        ``constant`` names key columns known to hold one value throughout ``table`` (partition
+        columns within a bucket): they are left out of the sort.
         """
         if SEQUENCE not in table.column_names:
             raise ValidationError(
                 f"Merging versions needs the '{SEQUENCE}' column; columns are {table.column_names}"
             )
-        return self._merge(table, list(key), sequence_field, keep_retractions)
+        return self._merge(table, list(key), sequence_field, keep_retractions,
+                           _sort_key(key, constant))
 
     @abstractmethod
     def _merge(
-        self, table: pa.Table, key: list[str], sequence_field: str | None, keep_retractions: bool
+        self,
+        table: pa.Table,
+        key: list[str],
+        sequence_field: str | None,
+        keep_retractions: bool,
+        sort_key: list[str],
     ) -> pa.Table:
         """Each engine's reduction of the versions (``merge`` checks the input first)."""
 
@@ -88,12 +98,17 @@ class Deduplicate(MergeEngine):
     name = "deduplicate"
 
     def _merge(
-        self, table: pa.Table, key: list[str], sequence_field: str | None, keep_retractions: bool
+        self,
+        table: pa.Table,
+        key: list[str],
+        sequence_field: str | None,
+        keep_retractions: bool,
+        sort_key: list[str],
     ) -> pa.Table:
         kinds = row_kinds(table)
         if self.ignore_delete:
             table, kinds = _drop_retractions(table, kinds)
-        versions = group_versions(table, key, sequence_field, order_within_key=False)
+        versions = group_versions(table, sort_key, sequence_field, order_within_key=False)
         newest = versions.order[newest_versions(table, versions, sequence_field)]
         return _finish(table, kinds, newest, keep_retractions, versions.all_unique)
 
@@ -112,10 +127,15 @@ class FirstRow(MergeEngine):
     name = "first-row"
 
     def _merge(
-        self, table: pa.Table, key: list[str], sequence_field: str | None, keep_retractions: bool
+        self,
+        table: pa.Table,
+        key: list[str],
+        sequence_field: str | None,
+        keep_retractions: bool,
+        sort_key: list[str],
     ) -> pa.Table:
         table, kinds = _drop_retractions(table, row_kinds(table))
-        versions = group_versions(table, key, sequence_field, order_within_key=False)
+        versions = group_versions(table, sort_key, sequence_field, order_within_key=False)
         oldest = versions.order[newest_versions(table, versions, sequence_field, oldest=True)]
         return _finish(table, kinds, oldest, False, versions.all_unique)
 
@@ -127,9 +147,9 @@ class PartialUpdate(MergeEngine):
     A ``-U``/``-D`` resets the row (older values are forgotten) and, as the newest version, deletes
     the key. With ``ignore_delete`` retractions are skipped altogether.
 
-    Limitation: a compaction with ``keep_retractions=True`` of versions in which a retraction is
-    followed by additions yields only the merged additions, so columns they leave null still show
-    through from the older runs left out of the compaction (a single row cannot say "reset").
+    Where a retraction is followed by additions and ``keep_retractions`` is set (one write, or a
+    compaction of newer runs only), the merged row gets the internal kind ``RESTART`` so that it
+    still hides the values of the older runs it is later merged with.
 
     >>> import pyarrow as pa
     >>> rows = pa.table({"id": [1, 1], "a": [1, None], "b": [None, "x"],
@@ -142,16 +162,21 @@ class PartialUpdate(MergeEngine):
     name = "partial-update"
 
     def _merge(
-        self, table: pa.Table, key: list[str], sequence_field: str | None, keep_retractions: bool
+        self,
+        table: pa.Table,
+        key: list[str],
+        sequence_field: str | None,
+        keep_retractions: bool,
+        sort_key: list[str],
     ) -> pa.Table:
         kinds = row_kinds(table)
         if self.ignore_delete:
             table, kinds = _drop_retractions(table, kinds)
-        versions = group_versions(table, key, sequence_field)
+        versions = group_versions(table, sort_key, sequence_field)
         if versions.all_unique:
             return _finish(table, kinds, versions.last_rows(), keep_retractions, True)
         retraction = versions.sorted(is_retraction(kinds))
-        segment = _Segments.after_last(versions, retraction)
+        segment = _Segments.after_last(versions, retraction, versions.sorted(_restarts(kinds)))
         columns = {}
         for name in table.column_names:
             column = table[name]
@@ -165,7 +190,7 @@ class PartialUpdate(MergeEngine):
                 positions = versions.last_where(valid & segment.include)
                 positions = np.where(segment.deleted, versions.ends - 1, positions)
             columns[name] = (column, positions)
-        return _assemble(table, kinds, versions, columns, segment.deleted, keep_retractions)
+        return _assemble(table, kinds, versions, columns, segment, keep_retractions)
 
 
 @dataclass(frozen=True)
@@ -221,17 +246,23 @@ class Aggregation(MergeEngine):
         validate_aggregations(schema, key, {**defaulted, **self.functions}, self.ignore_retract)
 
     def _merge(
-        self, table: pa.Table, key: list[str], sequence_field: str | None, keep_retractions: bool
+        self,
+        table: pa.Table,
+        key: list[str],
+        sequence_field: str | None,
+        keep_retractions: bool,
+        sort_key: list[str],
     ) -> pa.Table:
         kinds = row_kinds(table)
         retractions = is_retraction(kinds)
-        versions = group_versions(table, key, sequence_field)
+        versions = group_versions(table, sort_key, sequence_field)
         if versions.all_unique and not retractions.any():
             # One insert-only version per key folds to itself under every function.
             return _finish(table, kinds, versions.last_rows(), keep_retractions, True)
         retraction = versions.sorted(retractions)
         if self.remove_record_on_delete:
-            segment = _Segments.after_last(versions, versions.sorted(kinds == RowKind.DELETE))
+            segment = _Segments.after_last(versions, versions.sorted(kinds == RowKind.DELETE),
+                                           versions.sorted(_restarts(kinds)))
         else:
             segment = _Segments.everything(versions)
         columns = {}
@@ -248,7 +279,7 @@ class Aggregation(MergeEngine):
                 # A deleted key keeps its tombstone's own values.
                 merged = _keep_tombstones(column, merged, versions, segment.deleted)
             columns[name] = merged
-        return _assemble(table, kinds, versions, columns, segment.deleted, keep_retractions)
+        return _assemble(table, kinds, versions, columns, segment, keep_retractions)
 
 
 ENGINES: dict[str, type[MergeEngine]] = {
@@ -317,6 +348,8 @@ def dedupe_within_write(
     key: Sequence[str],
     engine: MergeEngine | None = None,
     sequence_field: str | None = None,
+    *,
+    constant: Sequence[str] = (),
 ) -> pa.Table:
     """Resolve repeated keys inside one written batch so it can be written as one sorted run.
 
@@ -330,13 +363,18 @@ def dedupe_within_write(
     {'id': [1, 2], 'v': ['b', 'c']}
     """
     engine = engine or Deduplicate()
+    sort_key = _sort_key(key, constant)
     if SEQUENCE in table.column_names:
-        return engine._merge(table, list(key), sequence_field, True)
+        return engine._merge(table, list(key), sequence_field, True, sort_key)
     positions = pa.array(np.arange(table.num_rows, dtype=np.int64))
     merged = engine._merge(
-        table.append_column(SEQUENCE, positions), list(key), sequence_field, True
+        table.append_column(SEQUENCE, positions), list(key), sequence_field, True, sort_key
     )
     return merged.drop_columns([SEQUENCE])
+
+
+def _sort_key(key: Sequence[str], constant: Sequence[str]) -> list[str]:
+    return [k for k in key if k not in constant] or list(key)
 
 
 # -- shared pieces -------------------------------------------------------------------------------
@@ -349,17 +387,30 @@ class _Segments:
 
     include: np.ndarray
     deleted: np.ndarray
+    restarted: np.ndarray | None = None
+    """Per key: a reset or restart happened, so versions older than the merged ones must stay
+    hidden (the merged row is written as a restart when older runs remain)."""
 
     @classmethod
     def everything(cls, versions: KeyVersions) -> _Segments:
         return cls(np.ones(versions.num_rows, bool), np.zeros(versions.num_keys, bool))
 
     @classmethod
-    def after_last(cls, versions: KeyVersions, reset: np.ndarray) -> _Segments:
+    def after_last(
+        cls, versions: KeyVersions, reset: np.ndarray, restart: np.ndarray | None = None
+    ) -> _Segments:
+        """Segments after the last ``reset`` (a retraction, excluded) or from the last
+        ``restart`` (an addition that replaces older versions, included)."""
         last_reset = versions.last_where(reset)
         begin = np.maximum(last_reset + 1, versions.starts)
+        restarted = last_reset >= 0
+        if restart is not None and restart.any():
+            last_restart = versions.last_where(restart)
+            begin = np.maximum(begin, last_restart)
+            restarted |= last_restart >= 0
         include = np.arange(versions.num_rows) >= versions.per_position(begin)
-        return cls(include, last_reset == versions.ends - 1)
+        deleted = last_reset == versions.ends - 1
+        return cls(include, deleted, restarted & ~deleted)
 
 
 def _flag(options: Mapping[str, str | bool], name: str) -> bool:
@@ -395,9 +446,18 @@ def _finish(
         result = table
     else:
         result = take_rows(table, pa.array(rows, pa.int64()))
-    if retracted.any() and ROW_KIND in result.column_names:
-        result = _set_row_kind(result, np.where(retracted, RowKind.DELETE, kinds[rows]))
+    if ROW_KIND in result.column_names:
+        restarts = _restarts(kinds[rows])
+        if not keep_retractions and restarts.any():
+            # With every older version merged in, a restart is an ordinary update.
+            result = _set_row_kind(result, np.where(restarts, RowKind.UPDATE_AFTER, kinds[rows]))
+        elif retracted.any():
+            result = _set_row_kind(result, np.where(retracted, RowKind.DELETE, kinds[rows]))
     return result
+
+
+def _restarts(kinds: np.ndarray) -> np.ndarray:
+    return np.asarray(kinds == RowKind.RESTART)
 
 
 def _is_identity(rows: np.ndarray) -> bool:
@@ -409,10 +469,11 @@ def _assemble(
     kinds: np.ndarray,
     versions: KeyVersions,
     columns: dict[str, tuple[pa.ChunkedArray, np.ndarray] | pa.Array | pa.ChunkedArray],
-    deleted: np.ndarray,
+    segment: _Segments,
     keep_retractions: bool,
 ) -> pa.Table:
     """Build the merged table from per-key positions (taken) or per-key merged arrays."""
+    deleted = segment.deleted
     keep = np.ones(versions.num_keys, bool) if keep_retractions else ~deleted
     keep_all = bool(keep.all())
     arrays = []
@@ -430,9 +491,13 @@ def _assemble(
         newest = kinds[versions.last_rows()]
         # The merged row of a key that is still there is an addition even if its newest
         # version was a retraction that only subtracted (aggregation).
-        merged_kind = np.where(
-            deleted, RowKind.DELETE, np.where(is_retraction(newest), RowKind.UPDATE_AFTER, newest)
+        addition = np.where(
+            is_retraction(newest) | _restarts(newest), RowKind.UPDATE_AFTER, newest
         )
+        if keep_retractions and segment.restarted is not None:
+            # Merged without the oldest versions: the row must still hide them.
+            addition = np.where(segment.restarted, RowKind.RESTART, addition)
+        merged_kind = np.where(deleted, RowKind.DELETE, addition)
         result = _set_row_kind(result, merged_kind[keep])
     return result
 

@@ -42,6 +42,10 @@ class RowKind(enum.IntEnum):
     UPDATE_BEFORE = 1  # -U
     UPDATE_AFTER = 2  # +U
     DELETE = 3  # -D
+    RESTART = 4
+    """Internal, never accepted from users: an addition that replaces every older version of its
+    key. Partial-update and aggregation write it where a retraction is followed by additions
+    inside one run, so the run still says "start over" to the older runs it is merged with."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -141,7 +145,6 @@ def group_versions(
     if n == 0:
         empty = np.empty(0, np.int64)
         return KeyVersions(empty, empty, empty)
-
     sortable = _memcomparable(key_columns)
     if sortable is not None:
         if _strictly_increasing(sortable):
@@ -231,10 +234,11 @@ def row_kinds(table: pa.Table) -> np.ndarray:
     if column.null_count:
         raise ValidationError(f"Column '{ROW_KIND}' may not be null: {column.null_count} null rows")
     kinds = _to_numpy(column).astype(np.int8, copy=False)
-    if len(kinds) and (kinds.min() < 0 or kinds.max() > 3):
-        bad = int(np.count_nonzero((kinds < 0) | (kinds > 3)))
+    if len(kinds) and (kinds.min() < 0 or kinds.max() > RowKind.RESTART):
+        bad = int(np.count_nonzero((kinds < 0) | (kinds > RowKind.RESTART)))
         raise ValidationError(
-            f"Column '{ROW_KIND}' holds {bad} values outside 0..3 (0 = +I, 1 = -U, 2 = +U, 3 = -D)"
+            f"Column '{ROW_KIND}' holds {bad} values outside 0..4 "
+            "(0 = +I, 1 = -U, 2 = +U, 3 = -D, 4 = internal restart)"
         )
     return kinds
 

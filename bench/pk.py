@@ -1,0 +1,390 @@
+"""Primary-key tables: upserts and merged reads against raw pyarrow and Delta Lake, in one run.
+
+The workload of the primary-key issue: ``--rows`` rows (default 2,000,000: id int64, a 12-char
+string, float64, int64 timestamp, a 4-value ``region`` column), 4 buckets; then 5 upserts of
+``--rows / 10`` rows (half existing ids, half new); then a full read of the live rows
+(2,500,000 by default) and a read of ids 1000-2000 with 2 columns; then the same reads after
+``compact(full=True)``.
+
+``region`` is the table's partition column. Partition columns must be part of the primary key,
+so the key is ``(region, id)`` with ``region`` a function of ``id`` (``id % 4``): the key is
+still the id, and upserts of an existing id land in its partition. ``compaction.max-runs`` is set
+to 10 so the 5 upserts leave 6 runs per bucket (the default of 5 would compact on the 5th
+upsert and the "before compaction" read would not merge at all).
+
+Baselines in the same run: ``pq.write_table`` (zstd, as arrowlake writes) of the same rows for the
+writes; a threaded ``pyarrow.dataset`` read of one file holding exactly the live rows for the
+reads; ``deltalake`` (when installed): the same load, the upserts as ``merge`` with
+``when_matched_update_all`` / ``when_not_matched_insert_all``, and the full read. pypaimon is
+used when installed (it usually is not). Medians of ``--runs`` runs, each on a fresh table.
+
+Peak memory of a read is the high-water mark of Arrow's allocations above the level before the
+read (``pa.total_allocated_bytes()`` sampled by a thread every millisecond), against the Arrow
+size of the result; numpy arrays the merge allocates are not Arrow allocations, so the growth of
+the process's resident memory is shown too.
+
+    python bench/pk.py [--rows 2000000] [--runs 3] [--no-deltalake]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+import arrowlake as al
+
+REGIONS = np.array(["eu", "us", "apac", "latam"])
+UPSERTS = 5
+ID_RANGE = "id >= 1000 and id <= 2000"
+
+
+# -- data -----------------------------------------------------------------------------------------
+
+
+def strings12(rng: np.random.Generator, n: int) -> pa.Array:
+    letters = rng.integers(97, 123, size=n * 12, dtype=np.uint8).tobytes()
+    offsets = np.arange(0, 12 * (n + 1), 12, dtype=np.int32)
+    return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(letters))
+
+
+def rows_for(rng: np.random.Generator, ids: np.ndarray) -> pa.Table:
+    n = len(ids)
+    return pa.table({
+        "id": pa.array(ids, pa.int64()),
+        "name": strings12(rng, n),
+        "price": pa.array(rng.random(n) * 1000),
+        "ts": pa.array(rng.integers(1_700_000_000_000, 1_800_000_000_000, n)),
+        "region": pa.array(REGIONS[ids % 4]),
+    })
+
+
+@dataclass
+class Workload:
+    initial: pa.Table
+    upserts: list[pa.Table]
+    live: pa.Table  # the rows a reader must see at the end, sorted by id
+
+    @classmethod
+    def make(cls, n: int) -> Workload:
+        rng = np.random.default_rng(42)
+        initial = rows_for(rng, rng.permutation(n).astype(np.int64))
+        size = n // 10
+        upserts = []
+        next_new = n
+        for _ in range(UPSERTS):
+            old = rng.choice(n, size // 2, replace=False)
+            new = np.arange(next_new, next_new + size - size // 2)
+            next_new += len(new)
+            upserts.append(rows_for(rng, rng.permutation(np.concatenate([old, new]))))
+        # The expected live rows: the last version of each id, by numpy scatter.
+        everything = pa.concat_tables([initial, *upserts])
+        ids = everything["id"].to_numpy()
+        last = np.full(next_new, -1, np.int64)
+        last[ids] = np.arange(len(ids))  # later writes overwrite earlier ones
+        live = everything.take(pa.array(last))
+        return cls(initial, upserts, live)
+
+
+def same_rows(got: pa.Table, expected: pa.Table) -> bool:
+    """Same rows (by id) and values; the table's schema adds field ids and non-null keys."""
+    got, expected = got.sort_by("id"), expected.select(got.column_names).sort_by("id")
+    return got.num_rows == expected.num_rows and all(
+        got[c].combine_chunks().equals(expected[c].combine_chunks()) for c in got.column_names)
+
+
+# -- measuring ------------------------------------------------------------------------------------
+
+
+def median_time(fn: Callable[[], Any], runs: int, setup: Callable[[], Any] | None = None
+                ) -> tuple[float, Any]:
+    times, out = [], None
+    for _ in range(runs):
+        arg = setup() if setup else None
+        gc.collect()
+        start = time.perf_counter()
+        out = fn(arg) if setup else fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), out
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+
+
+@dataclass
+class Peak:
+    """High-water marks of Arrow allocations and resident memory while ``fn`` runs."""
+
+    arrow: int = 0
+    rss: int = 0
+    result_bytes: int = 0
+    samples: list[int] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, fn: Callable[[], pa.Table]) -> Peak:
+        gc.collect()
+        arrow0, rss0 = pa.total_allocated_bytes(), _rss()
+        peak = [arrow0, rss0]
+        done = threading.Event()
+
+        def sample() -> None:
+            while not done.is_set():
+                peak[0] = max(peak[0], pa.total_allocated_bytes())
+                peak[1] = max(peak[1], _rss())
+                time.sleep(0.001)
+
+        thread = threading.Thread(target=sample, daemon=True)
+        thread.start()
+        try:
+            out = fn()
+        finally:
+            done.set()
+            thread.join()
+        peak[0] = max(peak[0], pa.total_allocated_bytes())
+        peak[1] = max(peak[1], _rss())
+        return cls(peak[0] - arrow0, peak[1] - rss0, out.nbytes)
+
+
+# -- the systems ----------------------------------------------------------------------------------
+
+
+@dataclass
+class ArrowlakeRun:
+    load: float
+    upserts: list[float]
+    compact: float
+
+
+def arrowlake_run(root: Path, w: Workload) -> tuple[ArrowlakeRun, al.Table]:
+    lake = al.connect(str(root))
+    table = lake.create_table("bench.pk", w.initial.schema, primary_key=["region", "id"],
+                              partition_by=["region"], buckets=4,
+                              properties={"compaction.max-runs": "10"})
+    start = time.perf_counter()
+    table.upsert(w.initial)
+    load = time.perf_counter() - start
+    upserts = []
+    for batch in w.upserts:
+        start = time.perf_counter()
+        table.upsert(batch)
+        upserts.append(time.perf_counter() - start)
+    return ArrowlakeRun(load, upserts, float("nan")), table
+
+
+def deltalake_upserts(root: Path, w: Workload) -> tuple[float, list[float], str]:
+    from deltalake import DeltaTable, write_deltalake
+
+    path = str(root)
+    start = time.perf_counter()
+    write_deltalake(path, w.initial, partition_by=["region"])
+    load = time.perf_counter() - start
+    upserts = []
+    for batch in w.upserts:
+        start = time.perf_counter()
+        (DeltaTable(path)
+         .merge(batch, predicate="t.id = s.id AND t.region = s.region", source_alias="s",
+                target_alias="t")
+         .when_matched_update_all()
+         .when_not_matched_insert_all()
+         .execute())
+        upserts.append(time.perf_counter() - start)
+    return load, upserts, path
+
+
+# -- the report -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    name: str
+    ours: float
+    base_name: str
+    base: float
+    target: str = ""
+    met: bool | None = None
+
+
+def print_table(title: str, rows: list[Row]) -> None:
+    print(title)
+    print(f"{'operation':44} {'arrowlake':>10} {'baseline':>10} {'ratio':>7}  {'target':10} "
+          f"{'met':4} baseline")
+    for r in rows:
+        ratio = r.ours / r.base if r.base == r.base and r.base else float("nan")
+        met = "" if r.met is None else ("yes" if r.met else "NO")
+        base = f"{r.base:10.3f}" if r.base == r.base else f"{'-':>10}"
+        print(f"{r.name:44} {r.ours:10.3f} {base} {ratio:7.2f}  {r.target:10} {met:4} "
+              f"{r.base_name}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=2_000_000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--no-deltalake", action="store_true")
+    args = parser.parse_args()
+    runs = args.runs
+    w = Workload.make(args.rows)
+    n_live = w.live.num_rows
+    root = Path(tempfile.mkdtemp(prefix="arrowlake-bench-pk-"))
+    try:
+        # -- writes: raw pyarrow, then arrowlake on a fresh table per run --
+        t_raw_load, _ = median_time(
+            lambda: pq.write_table(w.initial, root / "raw-load.parquet", compression="zstd"),
+            runs)
+        raw_upserts = [median_time(lambda b=b: pq.write_table(
+            b, root / "raw-upsert.parquet", compression="zstd"), runs)[0] for b in w.upserts]
+
+        lake_runs: list[ArrowlakeRun] = []
+        tables = []
+        for i in range(runs):
+            result, table = arrowlake_run(root / f"lake-{i}", w)
+            lake_runs.append(result)
+            tables.append(table)
+        table = tables[-1]
+        runs_per_bucket = table.files().num_rows / (4 * 4)
+
+        # -- reads before compaction --
+        live_file = root / "live.parquet"
+        pq.write_table(w.live, live_file, compression="zstd")
+
+        def raw_read() -> pa.Table:
+            return ds.dataset(live_file, format="parquet").to_table(use_threads=True)
+
+        def raw_range() -> pa.Table:
+            return ds.dataset(live_file, format="parquet").to_table(
+                columns=["id", "price"], filter=(ds.field("id") >= 1000) & (ds.field("id") <= 2000),
+                use_threads=True)
+
+        t_raw_read, _ = median_time(raw_read, runs)
+        t_raw_range, _ = median_time(raw_range, runs)
+        t_read, out = median_time(lambda: table.to_arrow(), runs)
+        assert out.num_rows == n_live, (out.num_rows, n_live)
+        assert same_rows(out, w.live), "merged read differs from the expected live rows"
+        t_range, sel = median_time(
+            lambda: table.scan(filter=ID_RANGE, columns=["id", "price"]).to_arrow(), runs)
+        assert sel.num_rows == 1001
+        mem_raw = Peak.of(raw_read)
+        mem_before = Peak.of(lambda: table.to_arrow())
+        del out
+
+        # -- compaction, then the same reads --
+        compact_times = []
+        for lake_run, t in zip(lake_runs, tables, strict=True):
+            start = time.perf_counter()
+            t.compact(full=True)
+            lake_run.compact = time.perf_counter() - start
+            compact_times.append(lake_run.compact)
+        t_read_c, out_c = median_time(lambda: table.to_arrow(), runs)
+        assert out_c.num_rows == n_live
+        assert same_rows(out_c, w.live), "read after compaction differs from the live rows"
+        del out_c
+        t_range_c, sel = median_time(
+            lambda: table.scan(filter=ID_RANGE, columns=["id", "price"]).to_arrow(), runs)
+        assert sel.num_rows == 1001
+        mem_after = Peak.of(lambda: table.to_arrow())
+
+        # -- Delta Lake --
+        delta: dict[str, float] = {}
+        delta_note = ""
+        if args.no_deltalake:
+            delta_note = "deltalake: skipped (--no-deltalake)"
+        else:
+            try:
+                import deltalake
+                from deltalake import DeltaTable
+            except ImportError:
+                delta_note = "deltalake: not installed, skipped"
+            else:
+                loads, ups, paths = [], [], []
+                for i in range(runs):
+                    load, upserts, path = deltalake_upserts(root / f"delta-{i}", w)
+                    loads.append(load)
+                    ups.append(upserts)
+                    paths.append(path)
+                delta["load"] = statistics.median(loads)
+                delta["upsert"] = statistics.median(statistics.median(u) for u in ups)
+                delta["upserts"] = statistics.median(sum(u) for u in ups)
+                delta["read"], dout = median_time(
+                    lambda: DeltaTable(paths[-1]).to_pyarrow_table(), runs)
+                assert dout.num_rows == n_live, (dout.num_rows, n_live)
+                delta_note = f"deltalake {deltalake.__version__}"
+        try:
+            import pypaimon  # noqa: F401
+            paimon_note = ("pypaimon: installed but not wired into this benchmark yet")
+        except ImportError:
+            paimon_note = "pypaimon: not installed, skipped (issue reference: 58 s upserts, " \
+                          "57 s full read)"
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+    load = statistics.median(r.load for r in lake_runs)
+    upsert_each = statistics.median(statistics.median(r.upserts) for r in lake_runs)
+    upsert_total = statistics.median(sum(r.upserts) for r in lake_runs)
+    raw_upsert_each = statistics.median(raw_upserts)
+    compact_t = statistics.median(compact_times)
+
+    print(f"rows={args.rows:,} (+{UPSERTS} upserts of {len(w.upserts[0]):,}; "
+          f"{n_live:,} live rows)  buckets=4 x 4 partitions  runs={runs}  (medians, seconds)")
+    print(f"runs per bucket before compaction: {runs_per_bucket:.1f}")
+    rows = [
+        Row("initial load (upsert into empty table)", load, "pq.write_table zstd", t_raw_load),
+        Row(f"upsert of {len(w.upserts[0]):,} (each)", upsert_each, "pq.write_table zstd",
+            raw_upsert_each, "<=1.5x", upsert_each <= 1.5 * raw_upsert_each),
+        Row(f"{UPSERTS} upserts (total)", upsert_total, "pq.write_table zstd",
+            sum(raw_upserts)),
+        Row("full read, before compaction", t_read, "pyarrow.dataset live rows",
+            t_raw_read, "<=1.5x", t_read <= 1.5 * t_raw_read),
+        Row("ids 1000-2000, 2 cols, before compaction", t_range, "pyarrow.dataset + filter",
+            t_raw_range, "<=0.05 s", t_range <= 0.05),
+        Row("compact(full=True)", compact_t, "-", float("nan")),
+        Row("full read, after compaction", t_read_c, "pyarrow.dataset live rows",
+            t_raw_read, "<=1.1x", t_read_c <= 1.1 * t_raw_read),
+        Row("ids 1000-2000, 2 cols, after compaction", t_range_c, "pyarrow.dataset + filter",
+            t_raw_range, "<=0.05 s", t_range_c <= 0.05),
+    ]
+    print_table("", rows)
+    if delta:
+        print()
+        print_table(delta_note + " (baseline column = Delta Lake)", [
+            Row("initial load", load, "write_deltalake", delta["load"]),
+            Row("upsert (each)", upsert_each, "merge update_all/insert_all", delta["upsert"]),
+            Row(f"{UPSERTS} upserts (total)", upsert_total, "merge update_all/insert_all",
+                delta["upserts"]),
+            Row("full read, before compaction", t_read, "to_pyarrow_table", delta["read"]),
+        ])
+    else:
+        print(delta_note)
+    print(paimon_note)
+    print()
+    mb = 1 << 20
+    print(f"{'peak memory of the full read (MiB)':44} {'arrow':>10} {'rss':>10} "
+          f"{'result':>10} {'arrow/res':>9}  target")
+    for name, m in (("arrowlake, before compaction", mem_before),
+                    ("arrowlake, after compaction", mem_after),
+                    ("pyarrow.dataset live rows", mem_raw)):
+        ratio = m.arrow / m.result_bytes
+        met = ("yes" if ratio <= 2.5 else "NO") if name.startswith("arrowlake") else ""
+        print(f"{name:44} {m.arrow / mb:10.0f} {m.rss / mb:10.0f} {m.result_bytes / mb:10.0f} "
+              f"{ratio:9.2f}  <=2.5x {met}")
+
+
+if __name__ == "__main__":
+    main()
