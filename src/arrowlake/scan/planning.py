@@ -165,13 +165,61 @@ def file_tasks(view: TableView, files: pa.Table) -> list[FileTask]:
     join = view.storage.join
     cols = files.select(["file_id", "path", "file_size", "row_count", "schema_id", "bucket",
                          "seq_min", "seq_max", "partition_id"]).to_pydict()
-    return [
+    tasks = [
         FileTask(fid, join(loc, path), size, rows, sid, bucket, smin, smax, pid)
         for fid, path, size, rows, sid, bucket, smin, smax, pid in zip(
             cols["file_id"], cols["path"], cols["file_size"], cols["row_count"],
             cols["schema_id"], cols["bucket"], cols["seq_min"], cols["seq_max"],
             cols["partition_id"], strict=True)
     ]
+    if view.record.partition_by and tasks:
+        from dataclasses import replace
+
+        values = {pid: json_values for pid, _, json_values
+                  in view.metastore.partitions(view.record.table_id)}
+        tasks = [replace(t, partition_values=values.get(t.partition_id)) for t in tasks]
+    if view.record.primary_key and tasks:
+        tasks = _with_run_facts(view, files, tasks)
+    return tasks
+
+
+def _with_run_facts(view: TableView, files: pa.Table, tasks: list[FileTask]) -> list[FileTask]:
+    """Key ranges and row kinds of primary-key runs, so readers can skip merging runs that no
+    other run overlaps (per file, from the metastore: no data is read)."""
+    import json
+    from dataclasses import replace
+
+    from arrowlake.table.primary_key import KIND_FIELD_ID
+
+    key_types = [view.schema.field(k).type for k in view.record.primary_key
+                 if k in view.schema.names]
+    comparable = len(key_types) == len(view.record.primary_key) and all(
+        _compares_in_python(t) for t in key_types)
+    kind_id = str(KIND_FIELD_ID)
+    out = []
+    for task, stats, low, high in zip(tasks, files.column("stats").to_pylist(),
+                                      files.column("key_min").to_pylist(),
+                                      files.column("key_max").to_pylist(), strict=True):
+        kinds = json.loads(stats).get(kind_id) if stats else None
+        # Runs hold +I (0), +U (2), -D (3) and restarts (4): a maximum of 2 means additions.
+        additions = kinds is not None and kinds[1] is not None and kinds[1] <= 2 and \
+            kinds[0] != 1
+        key_range = None
+        if comparable and low is not None and high is not None:
+            lo, hi = tuple(json.loads(low)), tuple(json.loads(high))
+            if None not in lo and None not in hi:
+                key_range = (lo, hi)
+        out.append(replace(task, key_range=key_range, additions_only=additions))
+    return out
+
+
+def _compares_in_python(typ: pa.DataType) -> bool:
+    """Whether stored key values (ints for integers and temporals, str for strings) order like
+    the Arrow values: code-point order of str equals the byte order of UTF-8."""
+    t = pa.types
+    return (t.is_integer(typ) or t.is_date(typ) or t.is_timestamp(typ) or t.is_time(typ)
+            or t.is_duration(typ) or t.is_string(typ) or t.is_large_string(typ)
+            or t.is_string_view(typ))
 
 
 def file_schemas(view: TableView, tasks: Sequence[FileTask]) -> dict[int, pa.Schema]:
@@ -221,6 +269,7 @@ def make_splits(
     return [
         Split(view.storage, tuple(group), {sid: schemas[sid] for sid in {t.schema_id
                                                                           for t in group}},
-              view.schema, tuple(columns), expr, limit, merge)
+              view.schema, tuple(columns), expr, limit, merge,
+              partition_by=tuple(view.record.partition_by))
         for group in groups
     ]

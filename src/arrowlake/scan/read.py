@@ -9,7 +9,7 @@ names, widened ones are cast, and columns added later read as nulls.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -37,6 +37,7 @@ class _GroupRead:
     columns: list[str] | dict[str, pc.Expression]
     filter: pc.Expression | None  # pushed down into the dataset scan
     residual: pc.Expression | None  # applied after reading (filter needs columns not in files)
+    constants: list[str] = field(default_factory=list)  # partition columns filled per file
 
     def datasets(self) -> Iterator[ds.FileSystemDataset]:
         """The files as datasets to scan: one, or on high-latency storage one per window of
@@ -64,8 +65,66 @@ def _group_by_schema(files: Sequence[FileTask]) -> list[tuple[int, list[FileTask
     return list(groups.items())
 
 
+def _constant_columns(split: Split, files: Sequence[FileTask], needed: Sequence[str]
+                      ) -> list[str]:
+    """Partition columns that can be filled from the files' partition values instead of read:
+    every file knows its values and the filter (pushed into the scan) does not use them."""
+    if not split.partition_by or any(f.partition_values is None for f in files):
+        return []
+    used = set() if isinstance(split.filter, AlwaysTrue) else referenced_columns(split.filter)
+    return [c for c in needed if c in split.partition_by and c not in used]
+
+
+def constant_array(value: pa.Scalar, length: int) -> pa.Array:
+    """``length`` copies of ``value``, built from buffers (Arrow's own repeat and take are an
+    order of magnitude slower for strings)."""
+    import numpy as np
+
+    typ = value.type
+    if not value.is_valid:
+        return pa.nulls(length, typ)
+    if pa.types.is_string(typ) or pa.types.is_binary(typ) or pa.types.is_large_string(typ) \
+            or pa.types.is_large_binary(typ):
+        data = value.as_buffer().to_pybytes() if hasattr(value, "as_buffer") else b""
+        wide = pa.types.is_large_string(typ) or pa.types.is_large_binary(typ)
+        offsets = np.arange(length + 1, dtype=np.int64 if wide else np.int32) * len(data)
+        return pa.Array.from_buffers(typ, length, [None, pa.py_buffer(offsets),
+                                                   pa.py_buffer(data * length)])
+    width = getattr(typ, "bit_width", 0)
+    if width in (8, 16, 32, 64) and not pa.types.is_decimal(typ):
+        one = np.frombuffer(pa.array([value], typ).buffers()[1], dtype=np.uint8,
+                            count=width // 8)
+        return pa.Array.from_buffers(typ, length, [None, pa.py_buffer(np.tile(one, length))])
+    return pa.array([value], typ).take(pa.array(np.zeros(length, np.int32)))
+
+
+def _partition_scalars(split: Split, task: FileTask, columns: Sequence[str],
+                       cache: dict[tuple[str | None, str], pa.Scalar]) -> list[pa.Scalar]:
+    import json
+
+    from arrowlake.io.stats import decode_values
+
+    out = []
+    for name in columns:
+        key = (task.partition_values, name)
+        if key not in cache:
+            values = json.loads(task.partition_values or "[]")
+            stored = values[split.partition_by.index(name)]
+            cache[key] = decode_values([stored], split.schema.field(name).type)[0]
+        out.append(cache[key])
+    return out
+
+
 def _plan_group(split: Split, schema_id: int, files: list[FileTask],
                 needed: Sequence[str]) -> _GroupRead:
+    constants = _constant_columns(split, files, needed)
+    group = _plan_read(split, schema_id, files, [c for c in needed if c not in constants])
+    group.constants = constants
+    return group
+
+
+def _plan_read(split: Split, schema_id: int, files: list[FileTask],
+               needed: Sequence[str]) -> _GroupRead:
     file_schema = split.file_schemas[schema_id]
     by_id = {field_id(f): f for f in file_schema}
 
@@ -122,9 +181,12 @@ def _needed_columns(split: Split) -> tuple[list[str], bool]:
 
 
 def _finish(batch: pa.RecordBatch, group: _GroupRead, split: Split, extra: bool,
-            out_schema: pa.Schema) -> pa.RecordBatch:
+            out_schema: pa.Schema, filled: list[pa.Scalar] | None = None) -> pa.RecordBatch:
     if group.residual is not None:
         batch = batch.filter(group.residual)
+    if filled:
+        for name, value in zip(group.constants, filled, strict=True):
+            batch = batch.append_column(name, constant_array(value, batch.num_rows))
     if extra or batch.schema.names != list(split.columns):
         batch = batch.select(list(split.columns))
     if batch.schema != out_schema:
@@ -158,6 +220,10 @@ def read_split(split: Split) -> Iterator[pa.RecordBatch]:
 
 def _read_plain(split: Split) -> Iterator[pa.RecordBatch]:
     needed, extra = _needed_columns(split)
+    if _constant_columns(split, split.files, needed):
+        for _, batch in read_tagged(split):
+            yield batch
+        return
     out_schema = split.output_schema()
     for schema_id, files in _group_by_schema(split.files):
         group = _plan_group(split, schema_id, files, needed)
@@ -168,10 +234,37 @@ def _read_plain(split: Split) -> Iterator[pa.RecordBatch]:
                 yield _finish(batch, group, split, extra, out_schema)
 
 
+def read_tagged(split: Split) -> Iterator[tuple[FileTask, pa.RecordBatch]]:
+    """The rows of a split without merging, each batch with the file it came from.
+
+    All files are scanned together (concurrently, prefetched on object stores), where reading
+    them one by one would pay each file's latency in turn. Partition columns are filled from
+    each file's partition values rather than decoded.
+    """
+    needed, extra = _needed_columns(split)
+    out_schema = split.output_schema()
+    by_path = {split.storage.fs_path(f.path): f for f in split.files}
+    cache: dict[tuple[str | None, str], pa.Scalar] = {}
+    for schema_id, files in _group_by_schema(split.files):
+        group = _plan_group(split, schema_id, files, needed)
+        for dataset in group.datasets():
+            scanner = dataset.scanner(columns=group.columns, filter=group.filter,
+                                      batch_size=split.batch_size, use_threads=True)
+            for tagged in scanner.scan_batches():
+                batch = tagged.record_batch
+                if not batch.num_rows:
+                    continue
+                task = by_path[tagged.fragment.path]
+                filled = _partition_scalars(split, task, group.constants, cache) \
+                    if group.constants else None
+                yield task, _finish(batch, group, split, extra, out_schema, filled)
+
+
 def read_split_table(split: Split) -> pa.Table:
     """All of the split's rows as one table (reads each schema group with threads)."""
     out_schema = split.output_schema()
-    if split.merge is not None or split.limit is not None:
+    if split.merge is not None or split.limit is not None or \
+            _constant_columns(split, split.files, _needed_columns(split)[0]):
         return pa.Table.from_batches(list(read_split(split)), schema=out_schema)
     needed, extra = _needed_columns(split)
     tables = []
@@ -196,7 +289,7 @@ def count_split(split: Split) -> int:
         return sum(b.num_rows for b in read_split(split))
     narrowed = Split(split.storage, split.files, split.file_schemas, split.schema,
                      columns=(), filter=split.filter, merge=None,
-                     batch_size=split.batch_size)
+                     batch_size=split.batch_size, partition_by=split.partition_by)
     needed, _ = _needed_columns(narrowed)
     total = 0
     for schema_id, files in _group_by_schema(split.files):

@@ -30,6 +30,11 @@ class FileTask:
     seq_min: int | None = None
     seq_max: int | None = None
     partition_id: int | None = None
+    # Primary-key runs: the key range as comparable tuples (None when the key's types do not
+    # compare in Python like in Arrow), and whether the run holds only additions (+I/+U).
+    key_range: tuple[tuple[Any, ...], tuple[Any, ...]] | None = None
+    additions_only: bool = False
+    partition_values: str | None = None  # JSON list, in the order of Split.partition_by
 
 
 @dataclass(frozen=True)
@@ -39,6 +44,7 @@ class MergeSpec:
     key: tuple[str, ...]
     engine: Any  # a MergeEngine of arrowlake.table.merging (a picklable frozen dataclass)
     sequence_field: str | None = None
+    partition_by: tuple[str, ...] = ()  # part of the key, constant within a bucket's runs
 
 
 @dataclass(frozen=True, eq=False)
@@ -54,6 +60,9 @@ class Split:
     limit: int | None = None
     merge: MergeSpec | None = None
     batch_size: int = 131_072
+    # The table's partition columns: readers fill them from FileTask.partition_values instead
+    # of decoding them from the files (one value per file).
+    partition_by: tuple[str, ...] = ()
 
     @property
     def row_count(self) -> int:

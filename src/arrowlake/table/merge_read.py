@@ -11,6 +11,7 @@ consumer, so memory stays around two buckets.
 from __future__ import annotations
 
 from collections import deque
+from itertools import chain
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
@@ -19,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from arrowlake.expressions import AlwaysTrue, Expr, and_all, conjuncts, referenced_columns
-from arrowlake.scan.read import limited, read_split_table
+from arrowlake.scan.read import _partition_scalars, constant_array, limited, read_tagged
 from arrowlake.scan.split import FileTask, MergeSpec, Split
 from arrowlake.table.merging import ROW_KIND, SEQUENCE
 
@@ -43,24 +44,80 @@ def bucket_groups(files: Sequence[FileTask]) -> list[list[FileTask]]:
     return list(groups.values())
 
 
-def read_runs(split: Split, files: Sequence[FileTask], columns: Sequence[str],
-              pushed: Expr) -> pa.Table:
-    """The rows of ``files`` with ``_row_kind`` and ``_seq`` (the writing commit's sequence)."""
+def _runs_split(split: Split, files: Sequence[FileTask], columns: Sequence[str],
+                pushed: Expr) -> Split:
     from arrowlake.table.primary_key import KIND_FIELD
 
     schema = split.schema if KIND_COLUMN in split.schema.names else split.schema.append(
         KIND_FIELD)
-    wanted = [*columns, KIND_COLUMN]
-    tables = []
-    for f in files:
-        one = Split(split.storage, (f,), split.file_schemas, schema, tuple(wanted), pushed,
-                    batch_size=split.batch_size)
-        tables.append(read_split_table(one))
-    lengths = np.array([t.num_rows for t in tables], dtype=np.int64)
-    seqs = np.array([f.seq_max if f.seq_max is not None else 0 for f in files], dtype=np.int64)
-    rows = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+    return Split(split.storage, tuple(files), split.file_schemas, schema,
+                 (*columns, KIND_COLUMN), pushed, batch_size=split.batch_size,
+                 partition_by=split.partition_by)
+
+
+def _as_runs(batches: Sequence[pa.RecordBatch], seqs: Sequence[np.ndarray],
+             schema: pa.Schema) -> pa.Table:
+    rows = pa.Table.from_batches(batches, schema=schema)
     rows = rows.rename_columns([ROW_KIND if c == KIND_COLUMN else c for c in rows.column_names])
-    return rows.append_column(SEQUENCE, pa.array(np.repeat(seqs, lengths)))
+    seq = np.concatenate(seqs) if seqs else np.empty(0, np.int64)
+    return rows.append_column(SEQUENCE, pa.array(seq))
+
+
+def read_runs(split: Split, files: Sequence[FileTask], columns: Sequence[str],
+              pushed: Expr) -> pa.Table:
+    """The rows of ``files`` with ``_row_kind`` and ``_seq`` (the writing commit's sequence)."""
+    runs = _runs_split(split, files, columns, pushed)
+    batches: list[pa.RecordBatch] = []
+    seqs: list[np.ndarray] = []
+    for task, batch in read_tagged(runs):
+        batches.append(batch)
+        seqs.append(np.full(batch.num_rows, task.seq_max or 0, dtype=np.int64))
+    return _as_runs(batches, seqs, runs.output_schema())
+
+
+def _bucket_rows(split: Split, groups: list[list[FileTask]], columns: Sequence[str],
+                 pushed: Expr) -> Iterator[tuple[list[FileTask], pa.Table]]:
+    """Each bucket's runs (as :func:`read_runs` gives them), read by one scan of all files.
+
+    The scan yields files in order, so a bucket is complete when a later bucket's rows arrive;
+    reading continues on Arrow's threads while complete buckets are merged.
+    """
+    files = [f for g in groups for f in g]
+    if len({f.schema_id for f in files}) > 1:
+        # Files of several schema versions are separate scans: read bucket by bucket.
+        for group in groups:
+            yield group, read_runs(split, group, columns, pushed)
+        return
+    group_of = {f.file_id: i for i, g in enumerate(groups) for f in g}
+    runs = _runs_split(split, files, columns, pushed)
+    schema = runs.output_schema()
+    current = -1
+    batches: list[pa.RecordBatch] = []
+    seqs: list[np.ndarray] = []
+    for task, batch in read_tagged(runs):
+        group = group_of[task.file_id]
+        if group != current:
+            if batches:
+                yield groups[current], _as_runs(batches, seqs, schema)
+            current, batches, seqs = group, [], []
+        batches.append(batch)
+        seqs.append(np.full(batch.num_rows, task.seq_max or 0, dtype=np.int64))
+    if batches:
+        yield groups[current], _as_runs(batches, seqs, schema)
+
+
+def needs_merge(files: Sequence[FileTask]) -> bool:
+    """Whether a bucket's runs must be merged: not when they hold only additions and no two
+    runs' key ranges overlap (a single run, or runs of disjoint keys), since every key then has
+    exactly one version."""
+    if not all(f.additions_only for f in files):
+        return True
+    if len(files) == 1:
+        return False
+    if any(f.key_range is None for f in files):
+        return True
+    ranges = sorted(f.key_range for f in files if f.key_range is not None)
+    return any(prev[1] >= cur[0] for prev, cur in zip(ranges, ranges[1:]))
 
 
 def merge_bucket(split: Split, files: Sequence[FileTask], columns: Sequence[str],
@@ -68,8 +125,13 @@ def merge_bucket(split: Split, files: Sequence[FileTask], columns: Sequence[str]
     """One bucket's current rows (with ``_row_kind`` and ``_seq``), merged."""
     spec = split.merge
     assert spec is not None
-    rows = read_runs(split, files, columns, pushed)
-    return spec.engine.merge(rows, list(spec.key), spec.sequence_field, keep_retractions)
+    return merge_rows(spec, read_runs(split, files, columns, pushed), keep_retractions)
+
+
+def merge_rows(spec: MergeSpec, rows: pa.Table, keep_retractions: bool = False) -> pa.Table:
+    """One bucket's rows (with ``_row_kind`` and ``_seq``) merged by the table's engine."""
+    return spec.engine.merge(rows, list(spec.key), spec.sequence_field, keep_retractions,
+                             constant=spec.partition_by)
 
 
 def _needed(split: Split, spec: MergeSpec, residual: Expr) -> list[str]:
@@ -84,36 +146,64 @@ def _needed(split: Split, spec: MergeSpec, residual: Expr) -> list[str]:
 
 
 def read_merged(split: Split) -> Iterator[pa.RecordBatch]:
-    """Yield the merged rows of a primary-key split, bucket by bucket."""
+    """Yield the merged rows of a primary-key split, bucket by bucket.
+
+    Buckets whose runs need no merging (see :func:`needs_merge`) are read like an append
+    table's files, all together and with the whole filter pushed down; the others are merged.
+    """
     spec = split.merge
     assert spec is not None
+    groups = bucket_groups(split.files)
+    plain = [f for g in groups if not needs_merge(g) for f in g]
+    merged = [g for g in groups if needs_merge(g)]
+    batches = _merged_batches(split, spec, merged)
+    if plain:
+        from arrowlake.scan.read import read_split
+
+        direct = replace(split, files=tuple(plain), merge=None, limit=None)
+        batches = chain(read_split(direct), batches)
+    yield from limited(batches, split.limit)
+
+
+def _merged_batches(split: Split, spec: MergeSpec, groups: list[list[FileTask]]
+                    ) -> Iterator[pa.RecordBatch]:
+    if not groups:
+        return
     pushed, residual = split_filter(split.filter, spec.key)
     needed = _needed(split, spec, residual)
     out_schema = split.output_schema()
-    groups = bucket_groups(split.files)
+    # Partition columns are constant in a bucket: merge without them, then add them back to
+    # the merged rows only (from the files' partition values; nothing is decoded).
+    used = referenced_columns(split.filter)
+    fill = [c for c in spec.partition_by if c in needed and c not in used]
+    if len(fill) == len(spec.key) or any(f.partition_values is None for g in groups for f in g):
+        fill = []
+    read_columns = [c for c in needed if c not in fill]
+    cache: dict[tuple[str | None, str], pa.Scalar] = {}
 
-    def work(files: list[FileTask]) -> pa.Table:
-        merged = merge_bucket(split, files, needed, pushed)
+    def work(files: list[FileTask], rows: pa.Table) -> pa.Table:
+        merged = merge_rows(spec, rows)
+        if fill:
+            values = _partition_scalars(split, files[0], fill, cache)
+            for name, value in zip(fill, values, strict=True):
+                merged = merged.append_column(name, constant_array(value, merged.num_rows))
         if not isinstance(split.filter, AlwaysTrue):
             merged = merged.filter(split_residual(residual, merged))
         return merged.select(list(split.columns)).cast(out_schema)
 
-    def merged_tables() -> Iterator[pa.Table]:
-        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="arrowlake-merge") as pool:
-            ahead: deque[Future[pa.Table]] = deque()
-            try:
-                for files in groups:
-                    ahead.append(pool.submit(work, files))
-                    if len(ahead) > 1:
-                        yield ahead.popleft().result()
-                while ahead:
-                    yield ahead.popleft().result()
-            finally:
-                for future in ahead:
-                    future.cancel()
-
-    batches = (b for t in merged_tables() for b in t.to_batches(max_chunksize=split.batch_size))
-    yield from limited(batches, split.limit)
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="arrowlake-merge") as pool:
+        ahead: deque[Future[pa.Table]] = deque()
+        try:
+            for files, rows in _bucket_rows(split, groups, read_columns, pushed):
+                ahead.append(pool.submit(work, files, rows))
+                del rows
+                if len(ahead) > 1:
+                    yield from ahead.popleft().result().to_batches(max_chunksize=split.batch_size)
+            while ahead:
+                yield from ahead.popleft().result().to_batches(max_chunksize=split.batch_size)
+        finally:
+            for future in ahead:
+                future.cancel()
 
 
 def split_residual(residual: Expr, merged: pa.Table) -> pa.Array:

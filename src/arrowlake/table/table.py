@@ -160,7 +160,7 @@ class Table:
         from arrowlake.table.primary_key import merge_engine, sequence_field
 
         return MergeSpec(tuple(self._record.primary_key), merge_engine(self),
-                         sequence_field(self))
+                         sequence_field(self), tuple(self._record.partition_by))
 
     def to_arrow(self) -> pa.Table:
         return self.scan().to_arrow()
