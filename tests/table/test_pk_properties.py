@@ -366,7 +366,7 @@ def test_table_matches_model(pk_lake, engine, data, buckets, partitioned, max_ru
     run_sequence(pk_lake, engine, buckets, partitioned, max_runs, ops)
 
 
-# -- regressions found by the property tests -----------------------------------------------------------------------------------
+# -- regressions found by the property tests -------------------------------------------------------
 
 
 def test_partial_update_reset_inside_one_write(pk_lake):

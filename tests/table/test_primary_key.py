@@ -305,3 +305,82 @@ def test_pandas_and_batches_see_merged_rows(users):
     assert df["email"].tolist() == ["a1", "b2"]
     batches = list(users.scan(columns=["email"]).to_batches())
     assert sorted(v for b in batches for v in b["email"].to_pylist()) == ["a1", "b2"]
+
+
+# -- reading without merging, partition columns from metadata ----------------------------------
+
+
+def test_buckets_of_disjoint_runs_are_read_without_merging(lake, monkeypatch):
+    from arrowlake.table import merge_read
+
+    table = lake.create_table("crm.ranges", pa.schema([("id", pa.int64()), ("v", pa.string())]),
+                              primary_key=["id"], buckets=1,
+                              properties={"compaction.max-runs": "50"})
+    table.upsert(pa.table({"id": [1, 2, 3], "v": ["a", "b", "c"]}))
+    table.upsert(pa.table({"id": [10, 11], "v": ["x", "y"]}))  # keys above the first run's
+    merged: list[int] = []
+    real = merge_read.merge_rows
+    monkeypatch.setattr(merge_read, "merge_rows",
+                        lambda spec, rows, keep=False: merged.append(rows.num_rows) or
+                        real(spec, rows, keep))
+    got = table.scan(filter="v <> 'b'").to_arrow().sort_by("id")
+    assert got.column("id").to_pylist() == [1, 3, 10, 11]
+    assert merged == []  # two runs, additions only, disjoint key ranges
+    table.upsert(pa.table({"id": [2], "v": ["B"]}))  # overlaps the first run
+    got = table.scan().to_arrow().sort_by("id")
+    assert got.column("v").to_pylist() == ["a", "B", "c", "x", "y"]
+    assert merged == [6]
+    table.delete("id = 11")  # a tombstone run must be merged
+    merged.clear()
+    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == [1, 2, 3, 10]
+    assert merged == [7]
+    table.compact(full=True)
+    merged.clear()
+    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == [1, 2, 3, 10]
+    assert merged == []
+
+
+def test_partition_columns_come_from_metadata_not_from_files(lake):
+    schema = pa.schema([("id", pa.int64()), ("day", pa.date32()), ("region", pa.string()),
+                        ("v", pa.float64())])
+    import datetime as dt
+
+    for primary_key in (["id", "day", "region"], None):
+        name = f"crm.parts_{'pk' if primary_key else 'plain'}"
+        table = lake.create_table(name, schema, partition_by=["day", "region"],
+                                  **({"primary_key": primary_key, "buckets": 2}
+                                     if primary_key else {}))
+        days = [dt.date(2026, 11, 1 + i % 3) for i in range(30)]
+        regions = ["eu", "us", "eu"] * 10
+        data = pa.table({"id": list(range(30)), "day": days, "region": regions,
+                         "v": [float(i) for i in range(30)]}, schema=schema)
+        if primary_key:
+            table.upsert(data)
+            table.upsert(data.slice(0, 10))  # a second, overlapping run: merged reads
+        else:
+            table.append(data)
+        expected = data.sort_by("id")
+        assert table.to_arrow().sort_by("id").equals(expected.cast(table.schema))
+        got = table.scan(columns=["region", "id"], filter="v >= 20").to_arrow().sort_by("id")
+        assert got.column("region").to_pylist() == regions[20:]
+        assert got.schema.field("region").type == pa.string()
+        # A filter on a partition column is pushed into the scan, which then reads it.
+        got = table.scan(columns=["day"], filter="region = 'us'").to_arrow()
+        assert sorted(got.column("day").to_pylist()) == sorted(days[1::3])
+
+
+@pytest.mark.parametrize("value", [
+    pa.scalar("eu"), pa.scalar("", pa.string()), pa.scalar("ü", pa.large_string()),
+    pa.scalar(b"\x00\x01", pa.binary()), pa.scalar(-7, pa.int8()), pa.scalar(2**40),
+    pa.scalar(1.5, pa.float32()), pa.scalar(True), pa.scalar(None, pa.string()),
+    pa.scalar(19000, pa.date32()), pa.scalar(5, pa.timestamp("us", tz="Europe/Paris")),
+    pa.scalar(12, pa.decimal128(5, 2)),
+])
+def test_constant_array_repeats_any_value(value):
+    from arrowlake.scan.read import constant_array
+
+    for length in (0, 1, 1000):
+        got = constant_array(value, length)
+        got.validate(full=True)
+        assert got.type == value.type
+        assert got.equals(pa.array([value.as_py()] * length, value.type))

@@ -177,7 +177,8 @@ def file_tasks(view: TableView, files: pa.Table) -> list[FileTask]:
 
         values = {pid: json_values for pid, _, json_values
                   in view.metastore.partitions(view.record.table_id)}
-        tasks = [replace(t, partition_values=values.get(t.partition_id)) for t in tasks]
+        tasks = [replace(t, partition_values=values.get(t.partition_id))
+                 if t.partition_id is not None else t for t in tasks]
     if view.record.primary_key and tasks:
         tasks = _with_run_facts(view, files, tasks)
     return tasks

@@ -98,7 +98,7 @@ def constant_array(value: pa.Scalar, length: int) -> pa.Array:
     return pa.array([value], typ).take(pa.array(np.zeros(length, np.int32)))
 
 
-def _partition_scalars(split: Split, task: FileTask, columns: Sequence[str],
+def partition_scalars(split: Split, task: FileTask, columns: Sequence[str],
                        cache: dict[tuple[str | None, str], pa.Scalar]) -> list[pa.Scalar]:
     import json
 
@@ -255,7 +255,7 @@ def read_tagged(split: Split) -> Iterator[tuple[FileTask, pa.RecordBatch]]:
                 if not batch.num_rows:
                     continue
                 task = by_path[tagged.fragment.path]
-                filled = _partition_scalars(split, task, group.constants, cache) \
+                filled = partition_scalars(split, task, group.constants, cache) \
                     if group.constants else None
                 yield task, _finish(batch, group, split, extra, out_schema, filled)
 

@@ -159,7 +159,7 @@ def _write_compacted(table: Table, merged: pa.Table, runs: list[FileTask]) -> li
     part = _partition_of(table, sample.partition_id)
     key = list(rec.primary_key)
     target = FileTarget(table._storage, rec.location, schema, rec.current_schema_id,
-                        WriteOptions.from_properties(rec.properties))
+                        WriteOptions.from_properties(rec.properties, sorted_runs=True))
     writer = DataFileWriter(
         target, directory, partition_path=part[0], partition_values=part[1],
         bucket=sample.bucket,

@@ -11,16 +11,16 @@ consumer, so memory stays around two buckets.
 from __future__ import annotations
 
 from collections import deque
-from itertools import chain
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
+from itertools import chain, pairwise
 
 import numpy as np
 import pyarrow as pa
 
 from arrowlake.expressions import AlwaysTrue, Expr, and_all, conjuncts, referenced_columns
-from arrowlake.scan.read import _partition_scalars, constant_array, limited, read_tagged
+from arrowlake.scan.read import constant_array, limited, partition_scalars, read_tagged
 from arrowlake.scan.split import FileTask, MergeSpec, Split
 from arrowlake.table.merging import ROW_KIND, SEQUENCE
 
@@ -95,11 +95,11 @@ def _bucket_rows(split: Split, groups: list[list[FileTask]], columns: Sequence[s
     batches: list[pa.RecordBatch] = []
     seqs: list[np.ndarray] = []
     for task, batch in read_tagged(runs):
-        group = group_of[task.file_id]
-        if group != current:
+        index = group_of[task.file_id]
+        if index != current:
             if batches:
                 yield groups[current], _as_runs(batches, seqs, schema)
-            current, batches, seqs = group, [], []
+            current, batches, seqs = index, [], []
         batches.append(batch)
         seqs.append(np.full(batch.num_rows, task.seq_max or 0, dtype=np.int64))
     if batches:
@@ -117,7 +117,7 @@ def needs_merge(files: Sequence[FileTask]) -> bool:
     if any(f.key_range is None for f in files):
         return True
     ranges = sorted(f.key_range for f in files if f.key_range is not None)
-    return any(prev[1] >= cur[0] for prev, cur in zip(ranges, ranges[1:]))
+    return any(prev[1] >= cur[0] for prev, cur in pairwise(ranges))
 
 
 def merge_bucket(split: Split, files: Sequence[FileTask], columns: Sequence[str],
@@ -184,7 +184,7 @@ def _merged_batches(split: Split, spec: MergeSpec, groups: list[list[FileTask]]
     def work(files: list[FileTask], rows: pa.Table) -> pa.Table:
         merged = merge_rows(spec, rows)
         if fill:
-            values = _partition_scalars(split, files[0], fill, cache)
+            values = partition_scalars(split, files[0], fill, cache)
             for name, value in zip(fill, values, strict=True):
                 merged = merged.append_column(name, constant_array(value, merged.num_rows))
         if not isinstance(split.filter, AlwaysTrue):

@@ -213,7 +213,7 @@ def write_runs(table: Table, rows: pa.Table) -> list[NewFile]:
     schema = _run_schema(table)
     target = FileTarget(storage=table._storage, location=rec.location, schema=schema,
                         schema_id=rec.current_schema_id,
-                        options=WriteOptions.from_properties(rec.properties))
+                        options=WriteOptions.from_properties(rec.properties, sorted_runs=True))
     with_bucket = rows.append_column("_al_bucket", bucket_of(rows, key, buckets))
     files: list[NewFile] = []
     writers: list[DataFileWriter] = []
