@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -163,32 +164,35 @@ def fully_matching(view: TableView, files: pa.Table, expr: Expr) -> pa.Array:
 def file_tasks(view: TableView, files: pa.Table) -> list[FileTask]:
     loc = view.location
     join = view.storage.join
+    n = files.num_rows
     cols = files.select(["file_id", "path", "file_size", "row_count", "schema_id", "bucket",
                          "seq_min", "seq_max", "partition_id"]).to_pydict()
-    tasks = [
-        FileTask(fid, join(loc, path), size, rows, sid, bucket, smin, smax, pid)
-        for fid, path, size, rows, sid, bucket, smin, smax, pid in zip(
-            cols["file_id"], cols["path"], cols["file_size"], cols["row_count"],
-            cols["schema_id"], cols["bucket"], cols["seq_min"], cols["seq_max"],
-            cols["partition_id"], strict=True)
-    ]
-    if view.record.partition_by and tasks:
-        from dataclasses import replace
-
+    part_values: list[str | None] = [None] * n
+    if view.record.partition_by and n:
         values = {pid: json_values for pid, _, json_values
                   in view.metastore.partitions(view.record.table_id)}
-        tasks = [replace(t, partition_values=values.get(t.partition_id))
-                 if t.partition_id is not None else t for t in tasks]
-    if view.record.primary_key and tasks:
-        tasks = _with_run_facts(view, files, tasks)
-    return tasks
+        part_values = [values.get(pid) if pid is not None else None
+                       for pid in cols["partition_id"]]
+    ranges: list[tuple[tuple[Any, ...], tuple[Any, ...]] | None] = [None] * n
+    additions = [False] * n
+    if view.record.primary_key and n:
+        ranges, additions = _run_facts(view, files)
+    return [
+        FileTask(fid, join(loc, path), size, rows, sid, bucket, smin, smax, pid, key_range,
+                 adds, pvalues)
+        for fid, path, size, rows, sid, bucket, smin, smax, pid, key_range, adds, pvalues in zip(
+            cols["file_id"], cols["path"], cols["file_size"], cols["row_count"],
+            cols["schema_id"], cols["bucket"], cols["seq_min"], cols["seq_max"],
+            cols["partition_id"], ranges, additions, part_values, strict=True)
+    ]
 
 
-def _with_run_facts(view: TableView, files: pa.Table, tasks: list[FileTask]) -> list[FileTask]:
-    """Key ranges and row kinds of primary-key runs, so readers can skip merging runs that no
-    other run overlaps (per file, from the metastore: no data is read)."""
+def _run_facts(view: TableView, files: pa.Table
+               ) -> tuple[list[tuple[tuple[Any, ...], tuple[Any, ...]] | None], list[bool]]:
+    """Per primary-key run: its key range (None when the key's stored values do not compare
+    in Python like in Arrow) and whether it holds only additions, so readers can skip merging
+    runs that no other run overlaps. From the metastore: no data is read."""
     import json
-    from dataclasses import replace
 
     from arrowlake.table.primary_key import KIND_FIELD_ID
 
@@ -197,21 +201,22 @@ def _with_run_facts(view: TableView, files: pa.Table, tasks: list[FileTask]) -> 
     comparable = len(key_types) == len(view.record.primary_key) and all(
         _compares_in_python(t) for t in key_types)
     kind_id = str(KIND_FIELD_ID)
-    out = []
-    for task, stats, low, high in zip(tasks, files.column("stats").to_pylist(),
-                                      files.column("key_min").to_pylist(),
-                                      files.column("key_max").to_pylist(), strict=True):
+    ranges: list[tuple[tuple[Any, ...], tuple[Any, ...]] | None] = []
+    additions: list[bool] = []
+    for stats, low, high in zip(files.column("stats").to_pylist(),
+                                files.column("key_min").to_pylist(),
+                                files.column("key_max").to_pylist(), strict=True):
         kinds = json.loads(stats).get(kind_id) if stats else None
         # Runs hold +I (0), +U (2), -D (3) and restarts (4): a maximum of 2 means additions.
-        additions = kinds is not None and kinds[1] is not None and kinds[1] <= 2 and \
-            kinds[0] != 1
+        additions.append(kinds is not None and kinds[1] is not None and kinds[1] <= 2
+                         and kinds[0] != 1)
         key_range = None
         if comparable and low is not None and high is not None:
             lo, hi = tuple(json.loads(low)), tuple(json.loads(high))
             if None not in lo and None not in hi:
                 key_range = (lo, hi)
-        out.append(replace(task, key_range=key_range, additions_only=additions))
-    return out
+        ranges.append(key_range)
+    return ranges, additions
 
 
 def _compares_in_python(typ: pa.DataType) -> bool:

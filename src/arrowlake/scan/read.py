@@ -8,12 +8,15 @@ names, widened ones are cast, and columns added later read as nulls.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
+import pyarrow.fs as pafs
 
 from arrowlake.errors import ValidationError
 from arrowlake.expressions import AlwaysTrue, referenced_columns, rename_columns, to_arrow
@@ -45,8 +48,7 @@ class _GroupRead:
         storage = self.storage
         if not storage.high_latency:
             fs = storage.filesystem()
-            fragments = [_FORMAT.make_fragment(storage.fs_path(f.path), fs, file_size=f.file_size)
-                         for f in self.files]
+            fragments = [_fragment(storage, fs, f) for f in self.files]
             yield ds.FileSystemDataset(fragments, self.file_schema, _FORMAT, fs)
             return
         from arrowlake.io.prefetch import FileRef, prefetched_windows
@@ -56,6 +58,30 @@ class _GroupRead:
                                          filter=self.filter, schema=self.file_schema):
             yield ds.FileSystemDataset(window.fragments, self.file_schema, _FORMAT,
                                        window.filesystem)
+
+
+_FRAGMENTS: OrderedDict[tuple[str, int], ds.ParquetFileFragment] = OrderedDict()
+_FRAGMENTS_LOCK = threading.Lock()
+_MAX_FRAGMENTS = 4096
+
+
+def _fragment(storage: Storage, fs: pafs.FileSystem, task: FileTask) -> ds.ParquetFileFragment:
+    """The file's fragment, reused across scans: a fragment keeps the footer it parsed, and
+    data files are immutable (unique names, never rewritten), so a cached one stays valid.
+    Saves opening and parsing every footer again on repeated reads of small runs."""
+    path = storage.fs_path(task.path)
+    key = (path, task.file_size)
+    with _FRAGMENTS_LOCK:
+        fragment = _FRAGMENTS.get(key)
+        if fragment is not None:
+            _FRAGMENTS.move_to_end(key)
+            return fragment
+    fragment = _FORMAT.make_fragment(path, fs, file_size=task.file_size)
+    with _FRAGMENTS_LOCK:
+        _FRAGMENTS[key] = fragment
+        while len(_FRAGMENTS) > _MAX_FRAGMENTS:
+            _FRAGMENTS.popitem(last=False)
+    return fragment
 
 
 def _group_by_schema(files: Sequence[FileTask]) -> list[tuple[int, list[FileTask]]]:
