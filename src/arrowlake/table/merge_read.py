@@ -19,6 +19,7 @@ from itertools import chain, pairwise
 import numpy as np
 import pyarrow as pa
 
+from arrowlake.errors import ArrowlakeError
 from arrowlake.expressions import AlwaysTrue, Expr, and_all, conjuncts, referenced_columns
 from arrowlake.scan.read import constant_array, limited, partition_scalars, read_tagged
 from arrowlake.scan.split import FileTask, MergeSpec, Split
@@ -92,13 +93,20 @@ def _bucket_rows(split: Split, groups: list[list[FileTask]], columns: Sequence[s
     runs = _runs_split(split, files, columns, pushed)
     schema = runs.output_schema()
     current = -1
+    finished: set[int] = set()
     batches: list[pa.RecordBatch] = []
     seqs: list[np.ndarray] = []
     for task, batch in read_tagged(runs):
         index = group_of[task.file_id]
         if index != current:
+            if index in finished:
+                # Merging part of a bucket would return several versions of a key.
+                raise ArrowlakeError(
+                    f"The scan returned rows of {task.path} after other buckets' rows; a "
+                    "bucket's runs must arrive together to be merged")
             if batches:
                 yield groups[current], _as_runs(batches, seqs, schema)
+            finished.add(current)
             current, batches, seqs = index, [], []
         batches.append(batch)
         seqs.append(np.full(batch.num_rows, task.seq_max or 0, dtype=np.int64))
