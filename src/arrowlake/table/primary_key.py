@@ -12,6 +12,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -267,8 +268,7 @@ def collect(table: Table, data: Any, *, where: str = "input") -> pa.Table:
 
 def with_kinds(rows: pa.Table, kinds: pa.Array | RowKind) -> pa.Table:
     if isinstance(kinds, RowKind):
-        kinds = pa.array([int(kinds)] * rows.num_rows, pa.int8()) if rows.num_rows else \
-            pa.array([], pa.int8())
+        kinds = pa.array(np.full(rows.num_rows, int(kinds), dtype=np.int8))
     return rows.append_column(ROW_KIND, kinds)
 
 
