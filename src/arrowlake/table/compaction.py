@@ -83,14 +83,19 @@ def compact(table: Table, full: bool = False,
                            files.column("stats").to_pylist(), strict=True))
     tasks = file_tasks(view, files)
     wanted = set(only) if only is not None else None
-    # Merging only newer runs must leave a row that still says everything about the key to the
-    # runs left out. Deduplicate and first-row rows do; partial-update and aggregation rows
-    # cannot say "reset by a retraction", so for them a bucket is always compacted whole.
+    # Merging only newer runs must leave rows that combine with the runs left out as the
+    # versions they replace would have. Newest (deduplicate) and oldest (first-row) always do.
+    # Partial-update and aggregation do in commit order: a retraction followed by additions
+    # becomes a RESTART row, a retraction last a -D row (or, for aggregation, an addition that
+    # carries the subtraction). Ordered by a sequence field, a merged row would take one
+    # sequence value for versions that older runs interleave with, so there a bucket is always
+    # compacted whole.
     from arrowlake.table.merging import Deduplicate, FirstRow
 
     spec = table._merge_spec()
     assert spec is not None
-    newer_runs_alone = isinstance(spec.engine, (Deduplicate, FirstRow))
+    newer_runs_alone = isinstance(spec.engine, (Deduplicate, FirstRow)) or \
+        spec.sequence_field is None
     plan: list[tuple[list[FileTask], bool]] = []  # (runs, includes the oldest run)
     for group in bucket_groups(tasks):
         if wanted is not None and (group[0].partition_id, group[0].bucket) not in wanted:
