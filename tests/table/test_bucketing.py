@@ -7,6 +7,7 @@ import subprocess
 import sys
 from decimal import Decimal
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from hypothesis import given, settings
@@ -100,3 +101,24 @@ def test_same_buckets_in_another_process():
                          check=True, env={"PYTHONHASHSEED": "123", "PATH": ""}).stdout
     here = bucket_of(pa.table({"k": pa.array(range(1000), pa.int64())}), ["k"], 8).to_pylist()
     assert out.strip() == str(here)
+
+
+def test_every_path_gives_the_same_hash():
+    """Long low-cardinality columns are hashed per distinct value, short ones byte by byte,
+    equal-length values as a byte matrix: the bucket of a value never depends on the path."""
+    from arrowlake.table.bucketing import column_hash
+
+    values = ["eu", None, "apac", "ü", "", "same-width-1", "same-width-2"] * 5000
+    column = pa.array(values)
+    hashed = column_hash(column)
+    one_by_one = np.concatenate([column_hash(column.slice(i, 1)) for i in range(7)])
+    assert (hashed[:7] == one_by_one).all()
+    for typ in (pa.large_string(), pa.string_view(), pa.binary(), pa.large_binary(),
+                pa.binary_view()):
+        assert (column_hash(column.cast(typ)) == hashed).all(), typ
+    assert (column_hash(column.dictionary_encode()) == hashed).all()
+    assert (column_hash(column.cast(pa.string_view()).dictionary_encode()) == hashed).all()
+    width = pa.array(["same-width-1", "same-width-2"] * 3)  # the byte-matrix path
+    assert (column_hash(width) == hashed[[5, 6] * 3]).all()
+    decimals = pa.array([1, 2, None] * 10_000, pa.decimal128(5, 2))
+    assert (column_hash(decimals)[:3] == column_hash(decimals.slice(0, 3))).all()

@@ -56,6 +56,14 @@ def _bytes_hash(arr: pa.Array) -> np.ndarray:
     lengths = (offsets[1:] - offsets[:-1]).astype(np.int64)
     h = np.full(n, _FNV_OFFSET, dtype=np.uint64)
     max_len = int(lengths.max()) if n else 0
+    if n and max_len > 0 and int(lengths.min()) == max_len:
+        # Equal lengths (codes, UUIDs, fixed-width text): the bytes are a (rows, width) matrix.
+        first = int(offsets[0])
+        matrix = raw[first:first + n * max_len].reshape(n, max_len)
+        with np.errstate(over="ignore"):
+            for i in range(max_len):
+                h = (h ^ matrix[:, i].astype(np.uint64)) * _FNV_PRIME
+        return h
     with np.errstate(over="ignore"):
         for i in range(max_len):
             active = np.flatnonzero(lengths > i)
@@ -64,18 +72,43 @@ def _bytes_hash(arr: pa.Array) -> np.ndarray:
     return h
 
 
+def _is_bytes(t: pa.DataType) -> bool:
+    return (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)
+            or pa.types.is_binary(t) or pa.types.is_large_binary(t)
+            or pa.types.is_binary_view(t) or pa.types.is_fixed_size_binary(t)
+            or pa.types.is_decimal(t))
+
+
+def _few_distinct(col: pa.Array) -> bool:
+    """Whether a sample of the column repeats enough that hashing its distinct values and
+    gathering beats hashing every value's bytes."""
+    sample = col.slice(0, 16_384)
+    return len(pc.unique(sample)) * 4 <= len(sample)
+
+
 def column_hash(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
     if isinstance(col, pa.ChunkedArray):
         col = col.combine_chunks()
+    if pa.types.is_string_view(col.type):
+        col = col.cast(pa.string())  # and so are nulls once dictionary-encoded
+    elif pa.types.is_binary_view(col.type):
+        col = col.cast(pa.binary())
+    if not pa.types.is_dictionary(col.type) and _is_bytes(col.type) and len(col) > 16_384 \
+            and _few_distinct(col):
+        col = pc.dictionary_encode(col, null_encoding="encode")
     if pa.types.is_dictionary(col.type):
-        col = col.dictionary_decode()
+        # Hash each distinct value once (categoricals, low-cardinality text) and gather.
+        codes = col.indices
+        per_value = column_hash(col.dictionary)
+        valid = codes.is_valid().to_numpy(zero_copy_only=False) if codes.null_count else None
+        index = np.asarray(codes.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
+        h = per_value[index] if len(per_value) else np.zeros(len(col), np.uint64)
+        return np.where(valid, h, _NULL_HASH) if valid is not None else h
     t = col.type
     nulls = col.is_null().to_numpy(zero_copy_only=False) if col.null_count else None
     if pa.types.is_decimal(t):
         col, t = col.cast(pa.string()), pa.string()
-    if (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)
-            or pa.types.is_binary(t) or pa.types.is_large_binary(t)
-            or pa.types.is_binary_view(t) or pa.types.is_fixed_size_binary(t)):
+    if _is_bytes(t):
         if pa.types.is_fixed_size_binary(t):
             col = col.cast(pa.binary())
         h = _mix(_bytes_hash(col))
