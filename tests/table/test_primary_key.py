@@ -418,3 +418,68 @@ def test_compacting_newer_runs_alone_keeps_resets(lake, engine, options):
     assert before[2]["email"] == "old2"
     table.compact(full=True)
     assert current(table) == before
+
+
+# -- found in review: partition values that statistics cannot hold, keys of partition columns ---
+
+
+@pytest.fixture
+def s3_lake(request, tmp_path):
+    from tests.conftest import make_lake
+
+    lake = make_lake("sqlite-s3", tmp_path, request)
+    yield lake
+    lake.close()
+
+
+def test_long_partition_values_are_kept_whole(s3_lake):
+    """Partition strings over 256 characters (too long for statistics, and for a directory name
+    on local disk, so S3 here) are stored whole: each value gets its own files, reads and
+    rewrites keep them, and filters on them find them."""
+    a, b = "a" * 300, "b" * 300
+    plain = s3_lake.create_table("ns.plain", pa.schema([("p", pa.string()), ("v", pa.int64())]),
+                                 partition_by=["p"])
+    plain.append(pa.table({"p": [a, b, None], "v": [1, 2, 3]}))
+    assert plain.files().num_rows == 3
+    assert plain.to_arrow().sort_by("v").column("p").to_pylist() == [a, b, None]
+    assert plain.scan(filter=al.col("p") == b).to_arrow().column("v").to_pylist() == [2]
+    plain.delete("v = 1")
+    assert plain.to_arrow().sort_by("v").column("p").to_pylist() == [b, None]
+    keyed = s3_lake.create_table(
+        "ns.keyed", pa.schema([("p", pa.string()), ("id", pa.int64()), ("v", pa.int64())]),
+        primary_key=["p", "id"], partition_by=["p"], buckets=1)
+    keyed.upsert(pa.table({"p": [a, b], "id": [1, 1], "v": [1, 2]}))
+    keyed.upsert(pa.table({"p": [a], "id": [1], "v": [10]}))
+    expected = [(a, 1, 10), (b, 1, 2)]
+    assert sorted((r["p"], r["id"], r["v"]) for r in keyed.to_arrow().to_pylist()) == expected
+    keyed.compact(full=True)
+    assert sorted((r["p"], r["id"], r["v"]) for r in keyed.to_arrow().to_pylist()) == expected
+    assert keyed.scan(filter=al.col("p") == a).to_arrow().column("v").to_pylist() == [10]
+
+
+def test_key_of_partition_columns_only_with_a_filter_on_one(lake):
+    schema = pa.schema([("p1", pa.int64()), ("p2", pa.string()), ("v", pa.int64())])
+    table = lake.create_table("ns.parts_key", schema, primary_key=["p1", "p2"],
+                              partition_by=["p1", "p2"], buckets=1)
+    table.upsert(pa.table({"p1": [1, 1, 2], "p2": ["a", "b", "a"], "v": [1, 2, 3]},
+                          schema=schema))
+    table.upsert(pa.table({"p1": [1], "p2": ["a"], "v": [10]}, schema=schema))  # a merge
+    got = table.scan(filter="p1 = 1").to_arrow().to_pylist()
+    assert sorted(got, key=repr) == [{"p1": 1, "p2": "a", "v": 10}, {"p1": 1, "p2": "b", "v": 2}]
+    assert table.scan(filter="p1 = 1").count() == 2
+
+
+def test_constant_column_splits_what_one_array_cannot_address():
+    from arrowlake.scan import read
+
+    value = pa.scalar("x" * 1000)
+    with pytest.raises(ValueError, match="2 GiB"):
+        read.constant_array(value, 3_000_000)
+    # A smaller chunk limit shows the chunking without allocating gigabytes.
+    limit, read._MAX_CHUNK_BYTES = read._MAX_CHUNK_BYTES, 10_000
+    try:
+        column = read.constant_column(value, 25)
+    finally:
+        read._MAX_CHUNK_BYTES = limit
+    assert [len(c) for c in column.chunks] == [10, 10, 5]
+    assert column.to_pylist() == ["x" * 1000] * 25

@@ -64,6 +64,15 @@ def encode_scalar(value: pa.Scalar) -> Any:
     return out
 
 
+def encode_partition_value(value: pa.Scalar) -> Any:
+    """The stored JSON form of a partition value: like :func:`encode_scalar`, but strings are
+    kept whole (a partition value names its partition, it is not a bound)."""
+    if value.is_valid and (pa.types.is_string(value.type) or pa.types.is_large_string(value.type)
+                           or pa.types.is_string_view(value.type)):
+        return value.as_py()
+    return encode_scalar(value)
+
+
 def decode_values(values: Sequence[Any], typ: pa.DataType) -> pa.Array:
     """Stored JSON values back into an Arrow array of ``typ`` (nulls stay null)."""
     storage = _storage_type(typ)

@@ -23,7 +23,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from arrowlake.io.stats import column_stats, encode_scalar, merge_stats, partition_path
+from arrowlake.io.stats import (
+    column_stats,
+    encode_partition_value,
+    merge_stats,
+    partition_path,
+)
 from arrowlake.io.storage import Storage
 from arrowlake.metastore.store import NewFile
 
@@ -271,7 +276,7 @@ class FileSetWriter:
         self._writers: dict[tuple[Any, ...], DataFileWriter] = {}
 
     def _writer_for(self, values: tuple[pa.Scalar, ...]) -> DataFileWriter:
-        key = tuple(encode_scalar(v) for v in values)
+        key = tuple(encode_partition_value(v) for v in values)
         writer = self._writers.get(key)
         if writer is None:
             shown = [v.as_py() if v.is_valid else None for v in values]

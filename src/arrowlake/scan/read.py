@@ -94,16 +94,50 @@ def _group_by_schema(files: Sequence[FileTask]) -> list[tuple[int, list[FileTask
 def _constant_columns(split: Split, files: Sequence[FileTask], needed: Sequence[str]
                       ) -> list[str]:
     """Partition columns that can be filled from the files' partition values instead of read:
-    every file knows its values and the filter (pushed into the scan) does not use them."""
-    if not split.partition_by or any(f.partition_values is None for f in files):
+    the filter (pushed into the scan) does not use them and every file has a stored value."""
+    if not split.partition_by:
         return []
     used = set() if isinstance(split.filter, AlwaysTrue) else referenced_columns(split.filter)
-    return [c for c in needed if c in split.partition_by and c not in used]
+    wanted = [c for c in needed if c in split.partition_by and c not in used]
+    return fillable(split.partition_by, files, wanted)
+
+
+def fillable(partition_by: Sequence[str], files: Sequence[FileTask],
+             columns: Sequence[str]) -> list[str]:
+    """The ``columns`` whose stored partition value is known in every file. A stored null is
+    not trusted: besides a null it stands for values statistics cannot hold (strings over
+    256 characters, NaN), so such columns are read from the files."""
+    import json
+
+    if not columns or any(f.partition_values is None for f in files):
+        return []
+    positions = {c: partition_by.index(c) for c in columns}
+    known = set(columns)
+    for text in {f.partition_values for f in files}:
+        values = json.loads(text or "[]")
+        known -= {c for c, i in positions.items() if i >= len(values) or values[i] is None}
+    return [c for c in columns if c in known]
+
+
+# A string or binary column filled from one value is built in chunks whose offsets fit int32.
+_MAX_CHUNK_BYTES = (1 << 31) - 1
+
+
+def constant_column(value: pa.Scalar, length: int) -> pa.ChunkedArray:
+    """``length`` copies of ``value`` as a column of any length (chunked where one array's
+    32-bit offsets could not address the data)."""
+    size = len(value.as_buffer()) if hasattr(value, "as_buffer") and value.is_valid else 0
+    step = max(1, _MAX_CHUNK_BYTES // size) if size else length or 1
+    if length <= step:
+        return pa.chunked_array([constant_array(value, length)], value.type)
+    return pa.chunked_array([constant_array(value, min(step, length - start))
+                             for start in range(0, length, step)], value.type)
 
 
 def constant_array(value: pa.Scalar, length: int) -> pa.Array:
     """``length`` copies of ``value``, built from buffers (Arrow's own repeat and take are an
-    order of magnitude slower for strings)."""
+    order of magnitude slower for strings). String and binary values are limited to 2 GiB in
+    all; :func:`constant_column` has no limit."""
     import numpy as np
 
     typ = value.type
@@ -113,6 +147,9 @@ def constant_array(value: pa.Scalar, length: int) -> pa.Array:
             or pa.types.is_large_binary(typ):
         data = value.as_buffer().to_pybytes() if hasattr(value, "as_buffer") else b""
         wide = pa.types.is_large_string(typ) or pa.types.is_large_binary(typ)
+        if not wide and len(data) * length > _MAX_CHUNK_BYTES:
+            raise ValueError(f"{length} copies of a {len(data)}-byte value exceed the 2 GiB a "
+                             f"{typ} array can hold; use constant_column")
         offsets = np.arange(length + 1, dtype=np.int64 if wide else np.int32) * len(data)
         return pa.Array.from_buffers(typ, length, [None, pa.py_buffer(offsets),
                                                    pa.py_buffer(data * length)])

@@ -21,7 +21,13 @@ import pyarrow as pa
 
 from arrowlake.errors import ArrowlakeError
 from arrowlake.expressions import AlwaysTrue, Expr, and_all, conjuncts, referenced_columns
-from arrowlake.scan.read import constant_array, limited, partition_scalars, read_tagged
+from arrowlake.scan.read import (
+    constant_column,
+    fillable,
+    limited,
+    partition_scalars,
+    read_tagged,
+)
 from arrowlake.scan.split import FileTask, MergeSpec, Split
 from arrowlake.table.merging import ROW_KIND, SEQUENCE
 
@@ -184,8 +190,9 @@ def _merged_batches(split: Split, spec: MergeSpec, groups: list[list[FileTask]]
     # the merged rows only (from the files' partition values; nothing is decoded).
     used = referenced_columns(split.filter)
     fill = [c for c in spec.partition_by if c in needed and c not in used]
-    if len(fill) == len(spec.key) or any(f.partition_values is None for g in groups for f in g):
-        fill = []
+    if not [k for k in spec.key if k not in spec.partition_by]:
+        fill = []  # a key of partition columns only is sorted by them: they must be read
+    fill = fillable(split.partition_by, [f for g in groups for f in g], fill)
     read_columns = [c for c in needed if c not in fill]
     cache: dict[tuple[str | None, str], pa.Scalar] = {}
 
@@ -194,7 +201,7 @@ def _merged_batches(split: Split, spec: MergeSpec, groups: list[list[FileTask]]
         if fill:
             values = partition_scalars(split, files[0], fill, cache)
             for name, value in zip(fill, values, strict=True):
-                merged = merged.append_column(name, constant_array(value, merged.num_rows))
+                merged = merged.append_column(name, constant_column(value, merged.num_rows))
         if not isinstance(split.filter, AlwaysTrue):
             merged = merged.filter(split_residual(residual, merged))
         return merged.select(list(split.columns)).cast(out_schema)

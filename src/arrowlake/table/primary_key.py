@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from arrowlake.errors import CommitConflict, SchemaMismatch, ValidationError
-from arrowlake.io.stats import encode_scalar
+from arrowlake.io.stats import encode_partition_value, encode_scalar
 from arrowlake.io.writer import DataFileWriter, FileTarget, close_all, split_by_columns
 from arrowlake.metastore.store import NewFile
 from arrowlake.schema import FIELD_ID_KEY, find_field
@@ -238,7 +238,7 @@ def write_runs(table: Table, rows: pa.Table) -> list[NewFile]:
             directory = "/".join(p for p in ("data", ppath, f"bucket-{bucket}") if p)
             writer = DataFileWriter(
                 target, directory, partition_path=ppath,
-                partition_values=json.dumps([encode_scalar(v) for v in values[:-1]])
+                partition_values=json.dumps([encode_partition_value(v) for v in values[:-1]])
                 if rec.partition_by else None,
                 bucket=bucket,
                 file_hook=lambda t: {"key_min": _key_json(t.slice(0, 1), key),

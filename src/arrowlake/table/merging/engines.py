@@ -151,6 +151,11 @@ class PartialUpdate(MergeEngine):
     compaction of newer runs only), the merged row gets the internal kind ``RESTART`` so that it
     still hides the values of the older runs it is later merged with.
 
+    Limitation with a ``sequence_field``: a merged row carries the newest sequence value of the
+    versions it combines, so a version arriving later with a value between them is ordered
+    against the combined row, not against the versions (a restart then also hides a late
+    version whose value lies between the retraction and the addition).
+
     >>> import pyarrow as pa
     >>> rows = pa.table({"id": [1, 1], "a": [1, None], "b": [None, "x"],
     ...                  "_row_kind": pa.array([0, 2], pa.int8()), "_seq": [1, 2]})
