@@ -13,7 +13,12 @@ import pyarrow as pa
 from arrowlake.errors import InvalidName, SchemaMismatch, ValidationError
 from arrowlake.io.storage import Storage, normalize_location, split_scheme, storage_for
 from arrowlake.metastore.store import Metastore
-from arrowlake.schema import assign_field_ids, find_field, validate_schema
+from arrowlake.schema import (
+    assign_field_ids,
+    find_field,
+    schema_without_views,
+    validate_schema,
+)
 from arrowlake.table.table import Table
 
 if TYPE_CHECKING:
@@ -138,6 +143,7 @@ class Lake:
         if not isinstance(schema, pa.Schema):
             raise ValidationError(f"schema must be a pyarrow.Schema, got {type(schema).__name__}")
         validate_schema(schema)
+        schema = schema_without_views(schema)
         partition_by = [partition_by] if isinstance(partition_by, str) else list(partition_by)
         primary_key = [primary_key] if isinstance(primary_key, str) else list(primary_key)
         _check_partition_by(schema, partition_by)

@@ -132,6 +132,40 @@ def normalize_type(typ: pa.DataType) -> pa.DataType:
     return typ
 
 
+def without_views(typ: pa.DataType) -> pa.DataType:
+    """``typ`` with string and binary views (at any depth) as plain strings and binaries.
+
+    Tables store views as their plain forms: Parquet has no view types, and many Arrow kernels
+    (take, filter, sort) have no view implementations, while views from Polars and others
+    still write (they cast safely)."""
+    if typ == pa.string_view():
+        return pa.string()
+    if typ == pa.binary_view():
+        return pa.binary()
+    if pa.types.is_dictionary(typ):
+        return pa.dictionary(typ.index_type, without_views(typ.value_type), typ.ordered)
+    if pa.types.is_struct(typ):
+        return pa.struct([f.with_type(without_views(f.type)) for f in typ])
+    if pa.types.is_list_view(typ):
+        return pa.list_(typ.value_field.with_type(without_views(typ.value_type)))
+    if pa.types.is_large_list_view(typ):
+        return pa.large_list(typ.value_field.with_type(without_views(typ.value_type)))
+    if pa.types.is_fixed_size_list(typ):
+        return pa.list_(typ.value_field.with_type(without_views(typ.value_type)), typ.list_size)
+    if pa.types.is_list(typ):
+        return pa.list_(typ.value_field.with_type(without_views(typ.value_type)))
+    if pa.types.is_large_list(typ):
+        return pa.large_list(typ.value_field.with_type(without_views(typ.value_type)))
+    if pa.types.is_map(typ):
+        return pa.map_(typ.key_field.with_type(without_views(typ.key_type)),
+                       typ.item_field.with_type(without_views(typ.item_type)))
+    return typ
+
+
+def schema_without_views(schema: pa.Schema) -> pa.Schema:
+    return pa.schema([f.with_type(without_views(f.type)) for f in schema], schema.metadata)
+
+
 def normalize_schema(schema: pa.Schema) -> pa.Schema:
     fields = []
     for f in schema:

@@ -483,3 +483,25 @@ def test_constant_column_splits_what_one_array_cannot_address():
         read._MAX_CHUNK_BYTES = limit
     assert [len(c) for c in column.chunks] == [10, 10, 5]
     assert column.to_pylist() == ["x" * 1000] * 25
+
+
+def test_view_typed_schemas_and_polars_data(lake):
+    """Polars produces string_view/binary_view: a table created from such a schema stores plain
+    strings (Parquet has no views; Arrow's take and filter lack view kernels), and view-typed
+    data upserts, merges, deletes and reads."""
+    import polars as pl
+
+    newest = pl.CompatLevel.newest()  # Polars' own layout: views
+    frame = pl.DataFrame({"k": ["x", "y", "z"], "v": [1, 2, 3], "tags": [["a"], [], None]})
+    data = frame.to_arrow(compat_level=newest)
+    assert data.schema.field("k").type == pa.string_view()
+    table = lake.create_table("crm.views", data.schema, primary_key=["k"], buckets=2)
+    assert table.schema.field("k").type == pa.string()
+    assert table.schema.field("tags").type.value_type == pa.string()
+    table.upsert(data)
+    table.upsert(pl.DataFrame({"k": ["x"], "v": [10], "tags": [["b"]]}).to_arrow(
+        compat_level=newest))
+    table.delete("k = 'y'")
+    got = sorted(table.to_arrow().to_pylist(), key=lambda r: r["k"])
+    assert got == [{"k": "x", "v": 10, "tags": ["b"]}, {"k": "z", "v": 3, "tags": None}]
+    assert table.scan(filter="v > 5", columns=["k"]).to_arrow().column("k").to_pylist() == ["x"]

@@ -16,6 +16,7 @@ from arrowlake.schema import (
     can_widen,
     find_field,
     validate_column_name,
+    without_views,
 )
 
 if TYPE_CHECKING:
@@ -46,7 +47,7 @@ def add_column(table: Table, name: str, type: pa.DataType, *, nullable: bool = T
     if not nullable:
         raise SchemaMismatch(
             f"Column '{name}' must be nullable: rows written before it was added have no value")
-    field, next_id = assign_field_ids(pa.schema([pa.field(name, type, True)]),
+    field, next_id = assign_field_ids(pa.schema([pa.field(name, without_views(type), True)]),
                                       table._record.last_field_id + 1)
     _commit_schema(table, schema.append(field.field(0)), next_id - 1)
 
@@ -76,6 +77,7 @@ def drop_column(table: Table, name: str) -> None:
 
 def alter_column(table: Table, name: str, type: pa.DataType) -> None:
     """Widen a column's type (int32→int64, float32→float64, decimal precision up, ...)."""
+    type = without_views(type)
     table.refresh()
     schema = table.schema
     field = find_field(schema, name)
