@@ -244,17 +244,30 @@ def _needed_columns(split: Split) -> tuple[list[str], bool]:
 
 
 def _finish(batch: pa.RecordBatch, group: _GroupRead, split: Split, extra: bool,
-            out_schema: pa.Schema, filled: list[pa.Scalar] | None = None) -> pa.RecordBatch:
+            out_schema: pa.Schema, filled: list[pa.Scalar] | None = None,
+            built: dict[pa.Scalar, pa.Array] | None = None) -> pa.RecordBatch:
     if group.residual is not None:
         batch = batch.filter(group.residual)
     if filled:
         for name, value in zip(group.constants, filled, strict=True):
-            batch = batch.append_column(name, constant_array(value, batch.num_rows))
+            batch = batch.append_column(name, _constant_slice(value, batch.num_rows, built))
     if extra or batch.schema.names != list(split.columns):
         batch = batch.select(list(split.columns))
     if batch.schema != out_schema:
         batch = pa.RecordBatch.from_arrays(batch.columns, schema=out_schema)
     return batch
+
+
+def _constant_slice(value: pa.Scalar, length: int,
+                    built: dict[pa.Scalar, pa.Array] | None) -> pa.Array:
+    """``length`` copies of ``value``: a zero-copy slice of the longest such array built so far
+    in this read (batches of one file, and of files of one partition, repeat the value)."""
+    if built is None:
+        return constant_array(value, length)
+    longest = built.get(value)
+    if longest is None or len(longest) < length:
+        longest = built[value] = constant_array(value, length)
+    return longest.slice(0, length)
 
 
 def limited(batches: Iterator[pa.RecordBatch], limit: int | None) -> Iterator[pa.RecordBatch]:
@@ -308,6 +321,7 @@ def read_tagged(split: Split) -> Iterator[tuple[FileTask, pa.RecordBatch]]:
     out_schema = split.output_schema()
     by_path = {split.storage.fs_path(f.path): f for f in split.files}
     cache: dict[tuple[str | None, str], pa.Scalar] = {}
+    built: dict[pa.Scalar, pa.Array] = {}
     for schema_id, files in _group_by_schema(split.files):
         group = _plan_group(split, schema_id, files, needed)
         for dataset in group.datasets():
@@ -320,7 +334,7 @@ def read_tagged(split: Split) -> Iterator[tuple[FileTask, pa.RecordBatch]]:
                 task = by_path[tagged.fragment.path]
                 filled = partition_scalars(split, task, group.constants, cache) \
                     if group.constants else None
-                yield task, _finish(batch, group, split, extra, out_schema, filled)
+                yield task, _finish(batch, group, split, extra, out_schema, filled, built)
 
 
 def read_split_table(split: Split) -> pa.Table:
