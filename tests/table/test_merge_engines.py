@@ -690,3 +690,13 @@ def test_engines_are_hashable_values():
     assert hash(Aggregation({"a": "sum"})) == hash(Aggregation({"a": "max"}))
     with pytest.raises(ValidationError, match="Unknown aggregate function 'avg'"):
         Aggregation({"a": "avg"})
+
+
+def test_aggregation_without_resets_reads_a_restart_as_an_addition():
+    # Found by test_aggregation_matches_model: one restart row kept its kind in a partial merge
+    # while several were turned into +U.
+    rows = [{"k": 0, "a": None, "f": None, "s": None, "flag": None, "ts": None,
+             ROW_KIND: RowKind.RESTART.value, SEQUENCE: 0}]
+    engine = Aggregation(default_function="last_non_null_value")
+    merged = engine.merge(to_table(rows), ["k"], None, True)
+    assert merged[ROW_KIND].to_pylist() == [RowKind.UPDATE_AFTER.value]

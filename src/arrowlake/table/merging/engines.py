@@ -259,6 +259,10 @@ class Aggregation(MergeEngine):
         sort_key: list[str],
     ) -> pa.Table:
         kinds = row_kinds(table)
+        if not self.remove_record_on_delete and _restarts(kinds).any():
+            # Without resets there is nothing for a restart to hide: a plain addition.
+            kinds = np.where(_restarts(kinds), RowKind.UPDATE_AFTER, kinds).astype(np.int8)
+            table = _set_row_kind(table, kinds)
         retractions = is_retraction(kinds)
         versions = group_versions(table, sort_key, sequence_field)
         if versions.all_unique and not retractions.any():
