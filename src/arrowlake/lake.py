@@ -12,6 +12,7 @@ import pyarrow as pa
 
 from arrowlake.errors import InvalidName, SchemaMismatch, ValidationError
 from arrowlake.io.storage import Storage, normalize_location, split_scheme, storage_for
+from arrowlake.io.writer import WriteOptions
 from arrowlake.metastore.store import Metastore
 from arrowlake.schema import (
     assign_field_ids,
@@ -148,6 +149,7 @@ class Lake:
         primary_key = [primary_key] if isinstance(primary_key, str) else list(primary_key)
         _check_partition_by(schema, partition_by)
         props = {str(k): str(v) for k, v in (properties or {}).items()}
+        WriteOptions.from_properties(props)  # a malformed write property fails here, not later
         if primary_key or options:
             from arrowlake.table.primary_key import validate_pk_options
 

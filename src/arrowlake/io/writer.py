@@ -14,7 +14,7 @@ import json
 import os
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -58,21 +58,67 @@ class WriteOptions:
     row_group_rows: int = 131_072
     target_file_bytes: int = 128 * 1024 * 1024
     buffer_bytes: int = 256 * 1024 * 1024
+    encodings: str = "auto"  # "auto": per-type encodings (see column_encodings); "plain"
 
     @classmethod
-    def from_properties(cls, props: dict[str, str], *, sorted_runs: bool = False
+    def from_properties(cls, props: Mapping[str, str], *, sorted_runs: bool = False
                         ) -> WriteOptions:
-        """Options from table properties. ``sorted_runs`` (primary-key runs, sorted by key)
-        defaults to smaller row groups: their min/max statistics then prune key ranges."""
-        level = props.get("write.compression-level")
+        """Options from table properties (a clear error for a malformed value). ``sorted_runs``
+        (primary-key runs, sorted by key) defaults to smaller row groups: their min/max
+        statistics then prune key ranges."""
         rows = SORTED_RUN_ROW_GROUP_ROWS if sorted_runs else cls.row_group_rows
         return cls(
-            compression=props.get("write.compression", cls.compression),
-            compression_level=int(level) if level else None,
-            row_group_rows=int(props.get("write.row-group-rows", rows)),
-            target_file_bytes=int(props.get("write.target-file-size", cls.target_file_bytes)),
-            buffer_bytes=int(props.get("write.buffer-size", cls.buffer_bytes)),
+            compression=_compression_property(props),
+            compression_level=_int_property(props, "write.compression-level", 0,
+                                            positive=False) or None,
+            row_group_rows=_int_property(props, "write.row-group-rows", rows),
+            target_file_bytes=_int_property(props, "write.target-file-size",
+                                            cls.target_file_bytes),
+            buffer_bytes=_int_property(props, "write.buffer-size", cls.buffer_bytes),
+            encodings=_encodings_property(props),
         )
+
+
+def _int_property(props: Mapping[str, str], name: str, default: int, *,
+                  positive: bool = True) -> int:
+    from arrowlake.errors import ValidationError
+
+    value = props.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        number = None
+    if number is None or (positive and number <= 0):
+        kind = "a positive integer" if positive else "an integer"
+        raise ValidationError(f"Table property '{name}' must be {kind}, not {value!r}")
+    return number
+
+
+_CODECS = ("zstd", "snappy", "lz4", "gzip", "brotli", "none")
+
+
+def _compression_property(props: Mapping[str, str]) -> str:
+    from arrowlake.errors import ValidationError
+
+    value = props.get("write.compression", "zstd")
+    text = value.strip().lower()
+    if text not in _CODECS:
+        raise ValidationError(f"Table property 'write.compression' must be one of "
+                              f"{', '.join(_CODECS)}, not {value!r}")
+    return text
+
+
+def _encodings_property(props: Mapping[str, str]) -> str:
+    from arrowlake.errors import ValidationError
+
+    value = props.get("write.encodings", "auto")
+    text = value.strip().lower()
+    if text not in ENCODING_POLICIES:
+        raise ValidationError(f"Table property 'write.encodings' must be one of "
+                              f"{', '.join(ENCODING_POLICIES)}, not {value!r}")
+    return text
 
 
 @dataclass(frozen=True)
@@ -109,6 +155,7 @@ class DataFileWriter:
         self._hook_chunks: list[pa.Table] = []
         self._rows = 0
         self._dictionary_columns: list[str] | None = None
+        self._column_encoding: dict[str, str] = {}
         self.written: list[str] = []  # absolute paths, for cleanup
         self.files: list[NewFile] = []
 
@@ -147,11 +194,15 @@ class DataFileWriter:
             self._sink, self.target.schema, compression=opts.compression,
             compression_level=opts.compression_level, write_statistics=True,
             use_dictionary=self._dictionary_columns or False,
+            column_encoding=self._column_encoding or None,
         )
 
     def _write_table(self, table: pa.Table) -> None:
         if self._writer is None and self._dictionary_columns is None:
             self._dictionary_columns = dictionary_columns(table)
+            if self.target.options.encodings == "auto":
+                self._column_encoding = column_encodings(self.target.schema,
+                                                         self._dictionary_columns)
         rg = self.target.options.row_group_rows
         for start in range(0, table.num_rows, rg):
             self._write_row_group(table.slice(start, rg))
@@ -227,6 +278,36 @@ def dictionary_columns(table: pa.Table) -> list[str]:
             continue
         if n == 0 or distinct <= n * _DICT_MAX_DISTINCT_RATIO:
             chosen.append(field.name)
+    return chosen
+
+
+# Encodings for the columns that are not dictionary-encoded, by Arrow type. Measured on 2.5M rows
+# of (sorted int64 id, 12-char string, random float64, random int64 timestamp), zstd, 2 cores:
+# a threaded read takes 0.080 s instead of 0.128 s with PLAIN, the write 0.34 s instead of
+# 0.44 s, and the file is 45 MiB instead of 54 MiB. Delta-encoded integers leave zstd little to
+# decompress (sorted keys almost nothing); byte-stream-split floats compress and decode faster.
+# Every current Parquet reader (parquet-mr, Arrow C++ and Rust, DuckDB, Polars) reads them;
+# ``write.encodings = plain`` writes PLAIN for older readers.
+ENCODING_POLICIES = ("auto", "plain")
+
+
+def column_encodings(schema: pa.Schema, dictionary: Sequence[str]) -> dict[str, str]:
+    """Parquet encodings for the top-level primitive columns not in ``dictionary``."""
+    t = pa.types
+    chosen = {}
+    skip = set(dictionary)
+    for field in schema:
+        typ = field.type
+        if field.name in skip or "." in field.name:
+            continue  # dotted names would address nested leaves in the writer's options
+        if (t.is_integer(typ) or t.is_date(typ) or t.is_timestamp(typ) or t.is_time(typ)
+                or t.is_duration(typ)):
+            chosen[field.name] = "DELTA_BINARY_PACKED"
+        elif t.is_float32(typ) or t.is_float64(typ):
+            chosen[field.name] = "BYTE_STREAM_SPLIT"
+        elif (t.is_string(typ) or t.is_large_string(typ) or t.is_binary(typ)
+              or t.is_large_binary(typ)):
+            chosen[field.name] = "DELTA_LENGTH_BYTE_ARRAY"
     return chosen
 
 

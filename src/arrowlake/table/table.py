@@ -98,6 +98,9 @@ class Table:
                     "creation: the runs already written were merged under them")
         props.update({k.replace("_", "-") if k.startswith("write_") else k: str(v)
                       for k, v in properties.items()})
+        from arrowlake.io.writer import WriteOptions
+
+        WriteOptions.from_properties(props)  # a malformed write property is refused here
         self._metastore.set_properties(self._record.table_id, props)
         self.refresh()
 
