@@ -10,10 +10,13 @@ consumer, so memory stays around two buckets.
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
+from functools import partial
 from itertools import chain, pairwise
 
 import numpy as np
@@ -52,21 +55,22 @@ def bucket_groups(files: Sequence[FileTask]) -> list[list[FileTask]]:
 
 
 def _runs_split(split: Split, files: Sequence[FileTask], columns: Sequence[str],
-                pushed: Expr) -> Split:
+                pushed: Expr, with_kind: bool = True) -> Split:
     from arrowlake.table.primary_key import KIND_FIELD
 
     schema = split.schema if KIND_COLUMN in split.schema.names else split.schema.append(
         KIND_FIELD)
-    return Split(split.storage, tuple(files), split.file_schemas, schema,
-                 (*columns, KIND_COLUMN), pushed, batch_size=split.batch_size,
-                 partition_by=split.partition_by)
+    read = (*columns, KIND_COLUMN) if with_kind else tuple(columns)
+    return Split(split.storage, tuple(files), split.file_schemas, schema, read, pushed,
+                 batch_size=split.batch_size, partition_by=split.partition_by)
 
 
-def _as_runs(batches: Sequence[pa.RecordBatch], seqs: Sequence[np.ndarray],
-             schema: pa.Schema) -> pa.Table:
+def _as_runs(batches: Sequence[pa.RecordBatch], seqs: Sequence[int], schema: pa.Schema
+             ) -> pa.Table:
+    """The batches of one bucket as one table, with ``_seq`` (``seqs[i]`` for batch ``i``)."""
     rows = pa.Table.from_batches(batches, schema=schema)
     rows = rows.rename_columns([ROW_KIND if c == KIND_COLUMN else c for c in rows.column_names])
-    seq = np.concatenate(seqs) if seqs else np.empty(0, np.int64)
+    seq = np.repeat(np.asarray(seqs, dtype=np.int64), [b.num_rows for b in batches])
     return rows.append_column(SEQUENCE, pa.array(seq))
 
 
@@ -75,33 +79,37 @@ def read_runs(split: Split, files: Sequence[FileTask], columns: Sequence[str],
     """The rows of ``files`` with ``_row_kind`` and ``_seq`` (the writing commit's sequence)."""
     runs = _runs_split(split, files, columns, pushed)
     batches: list[pa.RecordBatch] = []
-    seqs: list[np.ndarray] = []
+    seqs: list[int] = []
     for task, batch in read_tagged(runs):
         batches.append(batch)
-        seqs.append(np.full(batch.num_rows, task.seq_max or 0, dtype=np.int64))
+        seqs.append(task.seq_max or 0)
     return _as_runs(batches, seqs, runs.output_schema())
 
 
-def _bucket_rows(split: Split, groups: list[list[FileTask]], columns: Sequence[str],
-                 pushed: Expr) -> Iterator[tuple[list[FileTask], pa.Table]]:
+def _bucket_batches(split: Split, groups: list[list[FileTask]], columns: Sequence[str],
+                    pushed: Expr) -> Iterator[tuple[list[FileTask], Callable[[], pa.Table]]]:
     """Each bucket's runs (as :func:`read_runs` gives them), read by one scan of all files.
 
     The scan yields files in order, so a bucket is complete when a later bucket's rows arrive;
-    reading continues on Arrow's threads while complete buckets are merged.
+    reading continues on Arrow's threads while complete buckets are merged. Each bucket comes
+    as a function that builds its table, so that the merge thread builds it, not the reader.
     """
     files = [f for g in groups for f in g]
     if len({f.schema_id for f in files}) > 1:
         # Files of several schema versions are separate scans: read bucket by bucket.
         for group in groups:
-            yield group, read_runs(split, group, columns, pushed)
+            table = read_runs(split, group, columns, pushed)
+            yield group, lambda table=table: table  # type: ignore[misc]
         return
     group_of = {f.file_id: i for i, g in enumerate(groups) for f in g}
-    runs = _runs_split(split, files, columns, pushed)
+    # Runs of additions only need no row kinds: a table without them is all inserts.
+    runs = _runs_split(split, files, columns, pushed,
+                       with_kind=not all(f.additions_only for f in files))
     schema = runs.output_schema()
     current = -1
     finished: set[int] = set()
     batches: list[pa.RecordBatch] = []
-    seqs: list[np.ndarray] = []
+    seqs: list[int] = []
     for task, batch in read_tagged(runs):
         index = group_of[task.file_id]
         if index != current:
@@ -111,13 +119,13 @@ def _bucket_rows(split: Split, groups: list[list[FileTask]], columns: Sequence[s
                     f"The scan returned rows of {task.path} after other buckets' rows; a "
                     "bucket's runs must arrive together to be merged")
             if batches:
-                yield groups[current], _as_runs(batches, seqs, schema)
+                yield groups[current], partial(_as_runs, batches, seqs, schema)
             finished.add(current)
             current, batches, seqs = index, [], []
         batches.append(batch)
-        seqs.append(np.full(batch.num_rows, task.seq_max or 0, dtype=np.int64))
+        seqs.append(task.seq_max or 0)
     if batches:
-        yield groups[current], _as_runs(batches, seqs, schema)
+        yield groups[current], partial(_as_runs, batches, seqs, schema)
 
 
 def needs_merge(files: Sequence[FileTask]) -> bool:
@@ -196,8 +204,8 @@ def _merged_batches(split: Split, spec: MergeSpec, groups: list[list[FileTask]]
     read_columns = [c for c in needed if c not in fill]
     cache: dict[tuple[str | None, str], pa.Scalar] = {}
 
-    def work(files: list[FileTask], rows: pa.Table) -> pa.Table:
-        merged = merge_rows(spec, rows)
+    def work(files: list[FileTask], build: Callable[[], pa.Table]) -> pa.Table:
+        merged = merge_rows(spec, build())
         if fill:
             values = partition_scalars(split, files[0], fill, cache)
             for name, value in zip(fill, values, strict=True):
@@ -206,19 +214,38 @@ def _merged_batches(split: Split, spec: MergeSpec, groups: list[list[FileTask]]
             merged = merged.filter(split_residual(residual, merged))
         return merged.select(list(split.columns)).cast(out_schema)
 
-    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="arrowlake-merge") as pool:
-        ahead: deque[Future[pa.Table]] = deque()
-        try:
-            for files, rows in _bucket_rows(split, groups, read_columns, pushed):
-                ahead.append(pool.submit(work, files, rows))
-                del rows
-                if len(ahead) > 1:
-                    yield from ahead.popleft().result().to_batches(max_chunksize=split.batch_size)
-            while ahead:
+    pool = _merge_pool()
+    ahead: deque[Future[pa.Table]] = deque()
+    try:
+        for files, build in _bucket_batches(split, groups, read_columns, pushed):
+            ahead.append(pool.submit(work, files, build))
+            del build
+            if len(ahead) > 1:
                 yield from ahead.popleft().result().to_batches(max_chunksize=split.batch_size)
-        finally:
-            for future in ahead:
-                future.cancel()
+        while ahead:
+            yield from ahead.popleft().result().to_batches(max_chunksize=split.batch_size)
+    finally:
+        for future in ahead:
+            future.cancel()
+        for future in ahead:
+            # A merge still running holds its bucket: let it finish before the read returns.
+            with contextlib.suppress(Exception):
+                future.result()
+
+
+_POOL_LOCK = threading.Lock()
+_POOL: ThreadPoolExecutor | None = None
+
+
+def _merge_pool() -> ThreadPoolExecutor:
+    """The process-wide pool that merges buckets (numpy and Arrow release the GIL), kept
+    between reads: starting threads for every read cost more than merging a small bucket.
+    Two threads: one bucket merging while the next is, and the reader keeps the cores busy."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="arrowlake-merge")
+        return _POOL
 
 
 def split_residual(residual: Expr, merged: pa.Table) -> pa.Array:

@@ -38,6 +38,7 @@ from arrowlake.table.merging.versions import (
     row_kinds,
     take,
     take_rows,
+    winners_in_input_order,
 )
 
 
@@ -108,6 +109,10 @@ class Deduplicate(MergeEngine):
         kinds = row_kinds(table)
         if self.ignore_delete:
             table, kinds = _drop_retractions(table, kinds)
+        if sequence_field is None:
+            rows = winners_in_input_order(table, sort_key)
+            if rows is not None:
+                return _finish(table, kinds, rows, keep_retractions, True)
         versions = group_versions(table, sort_key, sequence_field, order_within_key=False)
         newest = versions.order[newest_versions(table, versions, sequence_field)]
         return _finish(table, kinds, newest, keep_retractions, versions.all_unique)
@@ -135,6 +140,10 @@ class FirstRow(MergeEngine):
         sort_key: list[str],
     ) -> pa.Table:
         table, kinds = _drop_retractions(table, row_kinds(table))
+        if sequence_field is None:
+            rows = winners_in_input_order(table, sort_key, oldest=True)
+            if rows is not None:
+                return _finish(table, kinds, rows, False, True)
         versions = group_versions(table, sort_key, sequence_field, order_within_key=False)
         oldest = versions.order[newest_versions(table, versions, sequence_field, oldest=True)]
         return _finish(table, kinds, oldest, False, versions.all_unique)
@@ -447,15 +456,18 @@ def _finish(
     identity_possible: bool,
 ) -> pa.Table:
     """Take the winning ``rows`` (in key order) and apply what a retraction winner means."""
-    retracted = is_retraction(kinds[rows])
-    if not keep_retractions and retracted.any():
+    # Runs of additions only (the common case) have no retraction or restart to look at.
+    special = len(kinds) > 0 and bool(
+        kinds.max() > RowKind.UPDATE_AFTER or (kinds == RowKind.UPDATE_BEFORE).any())
+    retracted = is_retraction(kinds[rows]) if special else None
+    if retracted is not None and not keep_retractions and retracted.any():
         rows = rows[~retracted]
         retracted = retracted[~retracted]
     if identity_possible and len(rows) == table.num_rows and _is_identity(rows):
         result = table
     else:
         result = take_rows(table, pa.array(rows, pa.int64()))
-    if ROW_KIND in result.column_names:
+    if special and retracted is not None and ROW_KIND in result.column_names:
         restarts = _restarts(kinds[rows])
         if not keep_retractions and restarts.any():
             # With every older version merged in, a restart is an ordinary update.

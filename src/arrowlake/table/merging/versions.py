@@ -204,6 +204,40 @@ def newest_versions(
     return versions.first_where(candidate) if oldest else versions.last_where(candidate)
 
 
+def winners_in_input_order(table: pa.Table, key: Sequence[str], *, oldest: bool = False
+                           ) -> np.ndarray | None:
+    """The row of each key's newest (or oldest) version, in key order, or None when this
+    shortcut does not apply.
+
+    It applies when versions already stand in version order down the table (``_seq`` never
+    decreases: runs concatenated oldest first) and the key has a memcomparable form. Then one
+    stable sort by key leaves each key's versions oldest first, and the winner is the last (or
+    first) row of its group: what :func:`group_versions` and :func:`newest_versions` find, with
+    a few passes over the rows instead of a dozen.
+    """
+    n = table.num_rows
+    if n == 0:
+        return None
+    seq = _sequence(table)
+    if not bool(np.all(seq[1:] >= seq[:-1])):
+        return None
+    sortable = _memcomparable([_key_column(table, name) for name in key])
+    if sortable is None:
+        return None
+    if _strictly_increasing(sortable):
+        return np.arange(n, dtype=np.int64)
+    order = np.argsort(sortable, kind="stable")
+    ordered = sortable[order]
+    boundary = np.empty(n, dtype=bool)
+    if oldest:
+        boundary[0] = True
+        np.not_equal(ordered[1:], ordered[:-1], out=boundary[1:])
+    else:
+        boundary[-1] = True
+        np.not_equal(ordered[1:], ordered[:-1], out=boundary[:-1])
+    return np.asarray(order[boundary], dtype=np.int64)
+
+
 def sort_by_key(table: pa.Table, key: Sequence[str]) -> pa.Table:
     """``table`` sorted by its key columns (stable: equal keys keep their input order).
 
