@@ -505,3 +505,53 @@ def test_view_typed_schemas_and_polars_data(lake):
     got = sorted(table.to_arrow().to_pylist(), key=lambda r: r["k"])
     assert got == [{"k": "x", "v": 10, "tags": ["b"]}, {"k": "z", "v": 3, "tags": None}]
     assert table.scan(filter="v > 5", columns=["k"]).to_arrow().column("k").to_pylist() == ["x"]
+
+
+@pytest.mark.parametrize("engine,options", [
+    ("deduplicate", {}), ("partial-update", {}), ("first-row", {}),
+    ("aggregation", {"aggregations": {"clicks": "sum"}}),
+])
+def test_small_buckets_merged_together_read_as_merged_alone(sqlite_lake, monkeypatch, engine,
+                                                            options):
+    """Small buckets share one merge call; the same ids in two partitions stay apart, and
+    every engine gives what merging each bucket alone gives."""
+    from arrowlake.table import merge_read
+
+    schema = pa.schema([("region", pa.string()), ("id", pa.int64()), ("email", pa.string()),
+                        ("clicks", pa.int64())])
+    table = sqlite_lake.create_table(
+        "crm.parts", schema, primary_key=["region", "id"], partition_by=["region"], buckets=3,
+        merge_engine=engine, properties={"compaction.max-runs": "50"}, **options)
+
+    def batch(region, ids, email, clicks):
+        n = len(ids)
+        return pa.table({"region": [region] * n, "id": pa.array(ids, pa.int64()),
+                         "email": [None if email is None else f"{email}{i}" for i in ids],
+                         "clicks": pa.array([clicks] * n, pa.int64())}, schema=schema)
+
+    for region in ("eu", "us"):  # the same ids in both partitions
+        table.upsert(batch(region, list(range(20)), "a", 1))
+        table.upsert(batch(region, list(range(5, 25)), None if engine == "partial-update"
+                           else "b", 2))
+    if engine != "first-row":
+        table.delete("region = 'us' and id < 3")
+
+    calls: list[int] = []
+    real = merge_read.merge_together
+    monkeypatch.setattr(merge_read, "merge_together",
+                        lambda spec, buckets: calls.append(len(buckets)) or real(spec, buckets))
+    together = table.to_arrow().sort_by([("region", "ascending"), ("id", "ascending")])
+    filtered = table.scan(filter="id >= 4 and clicks > 1", columns=["id", "clicks", "region"]
+                          ).to_arrow().sort_by([("region", "ascending"), ("id", "ascending")])
+    assert calls and max(calls) > 1  # buckets were merged together
+    monkeypatch.setattr(merge_read, "SMALL_BUCKET_ROWS", 0)
+    calls.clear()
+    alone = table.to_arrow().sort_by([("region", "ascending"), ("id", "ascending")])
+    assert calls == []
+    assert together.equals(alone)
+    assert filtered.equals(table.scan(filter="id >= 4 and clicks > 1",
+                                      columns=["id", "clicks", "region"]).to_arrow()
+                           .sort_by([("region", "ascending"), ("id", "ascending")]))
+    # A delete removes keys, except in first-row (none written) and aggregation (subtracts).
+    removed = 3 if engine in ("deduplicate", "partial-update") else 0
+    assert together.num_rows == 25 + 25 - removed

@@ -13,10 +13,9 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import replace
-from functools import partial
+from dataclasses import dataclass, replace
 from itertools import chain, pairwise
 
 import numpy as np
@@ -86,20 +85,36 @@ def read_runs(split: Split, files: Sequence[FileTask], columns: Sequence[str],
     return _as_runs(batches, seqs, runs.output_schema())
 
 
+@dataclass
+class _Bucket:
+    """One bucket's runs as read: batches, each with the sequence of the run it came from."""
+
+    files: list[FileTask]
+    batches: list[pa.RecordBatch]
+    seqs: list[int]
+    schema: pa.Schema
+    num_rows: int = 0
+
+    def table(self) -> pa.Table:
+        """The rows as :func:`read_runs` gives them (built by the merge thread)."""
+        return _as_runs(self.batches, self.seqs, self.schema)
+
+
 def _bucket_batches(split: Split, groups: list[list[FileTask]], columns: Sequence[str],
-                    pushed: Expr) -> Iterator[tuple[list[FileTask], Callable[[], pa.Table]]]:
-    """Each bucket's runs (as :func:`read_runs` gives them), read by one scan of all files.
+                    pushed: Expr) -> Iterator[_Bucket]:
+    """Each bucket's runs, read by one scan of all files.
 
     The scan yields files in order, so a bucket is complete when a later bucket's rows arrive;
-    reading continues on Arrow's threads while complete buckets are merged. Each bucket comes
-    as a function that builds its table, so that the merge thread builds it, not the reader.
+    reading continues on Arrow's threads while complete buckets are merged.
     """
     files = [f for g in groups for f in g]
     if len({f.schema_id for f in files}) > 1:
         # Files of several schema versions are separate scans: read bucket by bucket.
         for group in groups:
             table = read_runs(split, group, columns, pushed)
-            yield group, lambda table=table: table  # type: ignore[misc]
+            batches = table.to_batches()
+            seqs = [0] * len(batches)  # unused: the table already has its _seq column
+            yield _PrebuiltBucket(group, batches, seqs, table.schema, table.num_rows, table)
         return
     group_of = {f.file_id: i for i, g in enumerate(groups) for f in g}
     # Runs of additions only need no row kinds: a table without them is all inserts.
@@ -108,8 +123,7 @@ def _bucket_batches(split: Split, groups: list[list[FileTask]], columns: Sequenc
     schema = runs.output_schema()
     current = -1
     finished: set[int] = set()
-    batches: list[pa.RecordBatch] = []
-    seqs: list[int] = []
+    bucket: _Bucket | None = None
     for task, batch in read_tagged(runs):
         index = group_of[task.file_id]
         if index != current:
@@ -118,14 +132,25 @@ def _bucket_batches(split: Split, groups: list[list[FileTask]], columns: Sequenc
                 raise ArrowlakeError(
                     f"The scan returned rows of {task.path} after other buckets' rows; a "
                     "bucket's runs must arrive together to be merged")
-            if batches:
-                yield groups[current], partial(_as_runs, batches, seqs, schema)
+            if bucket is not None:
+                yield bucket
             finished.add(current)
-            current, batches, seqs = index, [], []
-        batches.append(batch)
-        seqs.append(task.seq_max or 0)
-    if batches:
-        yield groups[current], partial(_as_runs, batches, seqs, schema)
+            current, bucket = index, _Bucket(groups[index], [], [], schema)
+        assert bucket is not None
+        bucket.batches.append(batch)
+        bucket.seqs.append(task.seq_max or 0)
+        bucket.num_rows += batch.num_rows
+    if bucket is not None:
+        yield bucket
+
+
+@dataclass
+class _PrebuiltBucket(_Bucket):
+    built: pa.Table | None = None
+
+    def table(self) -> pa.Table:
+        assert self.built is not None
+        return self.built
 
 
 def needs_merge(files: Sequence[FileTask]) -> bool:
@@ -187,6 +212,13 @@ def read_merged(split: Split) -> Iterator[pa.RecordBatch]:
     yield from limited(batches, split.limit)
 
 
+# Buckets smaller than this are merged together, up to this many rows in all: a merge has a
+# fixed cost of some 0.1-0.5 ms, which selective reads (a key range over many buckets, each
+# contributing a few rows) would otherwise pay once per bucket.
+SMALL_BUCKET_ROWS = 32_768
+UNIT_COLUMN = "_al_unit"
+
+
 def _merged_batches(split: Split, spec: MergeSpec, groups: list[list[FileTask]]
                     ) -> Iterator[pa.RecordBatch]:
     if not groups:
@@ -204,24 +236,44 @@ def _merged_batches(split: Split, spec: MergeSpec, groups: list[list[FileTask]]
     read_columns = [c for c in needed if c not in fill]
     cache: dict[tuple[str | None, str], pa.Scalar] = {}
 
-    def work(files: list[FileTask], build: Callable[[], pa.Table]) -> pa.Table:
-        merged = merge_rows(spec, build())
+    def finish(files: list[FileTask], merged: pa.Table) -> pa.Table:
         if fill:
             values = partition_scalars(split, files[0], fill, cache)
             for name, value in zip(fill, values, strict=True):
                 merged = merged.append_column(name, constant_column(value, merged.num_rows))
-        if not isinstance(split.filter, AlwaysTrue):
+        if not isinstance(residual, AlwaysTrue):
             merged = merged.filter(split_residual(residual, merged))
-        return merged.select(list(split.columns)).cast(out_schema)
+        merged = merged.select(list(split.columns))
+        return merged if merged.schema == out_schema else merged.cast(out_schema)
+
+    def work(buckets: list[_Bucket]) -> pa.Table:
+        if len(buckets) == 1:
+            return finish(buckets[0].files, merge_rows(spec, buckets[0].table()))
+        return pa.concat_tables([finish(b.files, part) for b, part in
+                                 zip(buckets, merge_together(spec, buckets), strict=True)])
 
     pool = _merge_pool()
     ahead: deque[Future[pa.Table]] = deque()
+    small: list[_Bucket] = []
+    small_rows = 0
     try:
-        for files, build in _bucket_batches(split, groups, read_columns, pushed):
-            ahead.append(pool.submit(work, files, build))
-            del build
-            if len(ahead) > 1:
+        for bucket in _bucket_batches(split, groups, read_columns, pushed):
+            if bucket.num_rows < SMALL_BUCKET_ROWS:
+                small.append(bucket)
+                small_rows += bucket.num_rows
+                if small_rows < SMALL_BUCKET_ROWS:
+                    continue
+                jobs, small, small_rows = [small], [], 0
+            else:
+                jobs = [[bucket]]
+            del bucket
+            for job in jobs:
+                ahead.append(pool.submit(work, job))
+            while len(ahead) > 1:
                 yield from ahead.popleft().result().to_batches(max_chunksize=split.batch_size)
+        if small:
+            ahead.append(pool.submit(work, small))
+            small = []
         while ahead:
             yield from ahead.popleft().result().to_batches(max_chunksize=split.batch_size)
     finally:
@@ -231,6 +283,27 @@ def _merged_batches(split: Split, spec: MergeSpec, groups: list[list[FileTask]]
             # A merge still running holds its bucket: let it finish before the read returns.
             with contextlib.suppress(Exception):
                 future.result()
+
+
+def merge_together(spec: MergeSpec, buckets: Sequence[_Bucket]) -> list[pa.Table]:
+    """Merge several buckets in one call, as if each were merged alone: rows are tagged with
+    their bucket's position, which leads the sort key, so no two buckets' keys meet (two
+    partitions' buckets can hold the same key values once partition columns are left out)."""
+    tables = []
+    for unit, bucket in enumerate(buckets):
+        table = bucket.table()
+        tables.append(table.append_column(
+            UNIT_COLUMN, pa.array(np.full(table.num_rows, unit, np.int32))))
+    rows = pa.concat_tables(tables)
+    merged = spec.engine.merge(rows, [UNIT_COLUMN, *spec.key], spec.sequence_field,
+                               constant=spec.partition_by)
+    units = merged[UNIT_COLUMN].to_numpy()
+    merged = merged.drop_columns([UNIT_COLUMN])
+    if len(units) > 1 and not bool(np.all(units[1:] >= units[:-1])):
+        order = np.argsort(units, kind="stable")
+        units, merged = units[order], merged.take(pa.array(order))
+    bounds = np.searchsorted(units, np.arange(len(buckets) + 1))
+    return [merged.slice(int(lo), int(hi - lo)) for lo, hi in pairwise(bounds)]
 
 
 _POOL_LOCK = threading.Lock()
