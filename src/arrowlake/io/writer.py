@@ -68,14 +68,14 @@ class WriteOptions:
         statistics then prune key ranges."""
         rows = SORTED_RUN_ROW_GROUP_ROWS if sorted_runs else cls.row_group_rows
         return cls(
-            compression=_compression_property(props),
+            compression=_choice_property(props, "write.compression", _CODECS),
             compression_level=_int_property(props, "write.compression-level", 0,
                                             positive=False) or None,
             row_group_rows=_int_property(props, "write.row-group-rows", rows),
             target_file_bytes=_int_property(props, "write.target-file-size",
                                             cls.target_file_bytes),
             buffer_bytes=_int_property(props, "write.buffer-size", cls.buffer_bytes),
-            encodings=_encodings_property(props),
+            encodings=_choice_property(props, "write.encodings", ENCODING_POLICIES),
         )
 
 
@@ -99,25 +99,16 @@ def _int_property(props: Mapping[str, str], name: str, default: int, *,
 _CODECS = ("zstd", "snappy", "lz4", "gzip", "brotli", "none")
 
 
-def _compression_property(props: Mapping[str, str]) -> str:
+def _choice_property(props: Mapping[str, str], name: str, choices: Sequence[str]) -> str:
+    """The property's value (case-insensitive) if it is one of ``choices`` (the first is the
+    default), else a clear error."""
     from arrowlake.errors import ValidationError
 
-    value = props.get("write.compression", "zstd")
+    value = props.get(name, choices[0])
     text = value.strip().lower()
-    if text not in _CODECS:
-        raise ValidationError(f"Table property 'write.compression' must be one of "
-                              f"{', '.join(_CODECS)}, not {value!r}")
-    return text
-
-
-def _encodings_property(props: Mapping[str, str]) -> str:
-    from arrowlake.errors import ValidationError
-
-    value = props.get("write.encodings", "auto")
-    text = value.strip().lower()
-    if text not in ENCODING_POLICIES:
-        raise ValidationError(f"Table property 'write.encodings' must be one of "
-                              f"{', '.join(ENCODING_POLICIES)}, not {value!r}")
+    if text not in choices:
+        raise ValidationError(f"Table property '{name}' must be one of "
+                              f"{', '.join(choices)}, not {value!r}")
     return text
 
 
