@@ -31,7 +31,7 @@ read (``pa.total_allocated_bytes()`` sampled by a thread every millisecond), aga
 size of the result; numpy arrays the merge allocates are not Arrow allocations, so the growth of
 the process's resident memory is shown too.
 
-    python bench/pk.py [--rows 2000000] [--runs 3] [--no-deltalake]
+    python bench/pk.py [--rows 2000000] [--runs 3] [--no-deltalake] [--encodings auto|plain]
 """
 
 from __future__ import annotations
@@ -207,11 +207,13 @@ def raw_write(batch: pa.Table, path: Path) -> float:
     return time.perf_counter() - start
 
 
-def arrowlake_run(root: Path, w: Workload) -> tuple[ArrowlakeRun, al.Table]:
+def arrowlake_run(root: Path, w: Workload, encodings: str = "auto"
+                  ) -> tuple[ArrowlakeRun, al.Table]:
     lake = al.connect(str(root))
     table = lake.create_table("bench.pk", w.initial.schema, primary_key=["region", "id"],
                               partition_by=["region"], buckets=4,
-                              properties={"compaction.max-runs": "10"})
+                              properties={"compaction.max-runs": "10",
+                                          "write.encodings": encodings})
     raw_load = raw_write(w.initial, root / "raw-load.parquet")
     gc.collect()
     start = time.perf_counter()
@@ -278,6 +280,9 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--no-deltalake", action="store_true")
+    parser.add_argument("--encodings", choices=["auto", "plain"], default="auto",
+                        help="the table's write.encodings (plain: what the merge alone costs "
+                             "against the default-encoded baseline file)")
     args = parser.parse_args()
     runs = args.runs
     w = Workload.make(args.rows)
@@ -289,7 +294,7 @@ def main() -> None:
         lake_runs: list[ArrowlakeRun] = []
         tables = []
         for i in range(runs):
-            result, table = arrowlake_run(root / f"lake-{i}", w)
+            result, table = arrowlake_run(root / f"lake-{i}", w, args.encodings)
             lake_runs.append(result)
             tables.append(table)
         table = tables[-1]
@@ -302,8 +307,10 @@ def main() -> None:
         # merge costs over reading files of equal format (no target is judged against it).
         same_file = root / "live-same-encodings.parquet"
         dictionary = dictionary_columns(w.live)
+        encodings = column_encodings(w.live.schema, dictionary) \
+            if args.encodings == "auto" else None
         pq.write_table(w.live, same_file, compression="zstd", use_dictionary=dictionary,
-                       column_encoding=column_encodings(w.live.schema, dictionary))
+                       column_encoding=encodings)
 
         def raw_read() -> pa.Table:
             return ds.dataset(live_file, format="parquet").to_table(use_threads=True)
@@ -385,7 +392,8 @@ def main() -> None:
 
     print(f"rows={args.rows:,} (+{UPSERTS} upserts of {len(w.upserts[0]):,}; "
           f"{n_live:,} live rows)  buckets=4 x 4 partitions  runs={runs}  (medians, seconds)")
-    print(f"runs per bucket before compaction: {runs_per_bucket:.1f}")
+    print(f"runs per bucket before compaction: {runs_per_bucket:.1f}; "
+          f"write.encodings={args.encodings}")
     rows = [
         Row("initial load (upsert into empty table)", load, "pq.write_table zstd", t_raw_load),
         Row(f"upsert of {len(w.upserts[0]):,} (each)", upsert_each, "pq.write_table zstd",
@@ -395,7 +403,7 @@ def main() -> None:
         Row("full read, before compaction", t_read, "pyarrow.dataset live rows",
             t_raw_read, "<=1.5x", t_read <= 1.5 * t_raw_read),
         Row("  (reference: same, vs equal encodings)", t_read_same,
-            "pyarrow.dataset, our encodings", t_same_read),
+            f"pyarrow.dataset, {args.encodings} encodings", t_same_read),
         Row("ids 1000-2000, 2 cols, before compaction", t_range, "pyarrow.dataset + filter",
             t_raw_range, "<=0.05 s", t_range <= 0.05),
         Row("compact(full=True)", compact_t, "-", float("nan")),
