@@ -7,6 +7,7 @@ a whole column of stored values back into an Arrow array is one ``pa.array(...).
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Sequence
@@ -130,6 +131,15 @@ def merge_stats(parts: Sequence[tuple[dict[str, list[Any]], int]]) -> dict[str, 
     return merged
 
 
+@functools.lru_cache(maxsize=8192)
+def parse_stats(text: str) -> dict[str, list[Any]]:
+    """A data file's stored statistics, parsed once: files are immutable, so planning reuses
+    the parse across the steps of one plan and across scans. The result is shared: read it,
+    never change it."""
+    parsed: dict[str, list[Any]] = json.loads(text)
+    return parsed
+
+
 def stats_table(
     stats_json: Sequence[str], row_counts: pa.Array, schema: pa.Schema, columns: Sequence[str]
 ) -> pa.Table:
@@ -137,7 +147,7 @@ def stats_table(
 
     Columns: ``row_count`` and, for each of ``columns``, ``min.<c>``, ``max.<c>``, ``nulls.<c>``.
     """
-    decoded = [json.loads(s) for s in stats_json]
+    decoded = [parse_stats(s) if s else {} for s in stats_json]
     arrays: list[pa.Array] = [row_counts]
     names = ["row_count"]
     for name in columns:

@@ -9,6 +9,8 @@ what is read.
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from arrowlake.expressions import AlwaysTrue, Expr, all_match, may_match, referenced_columns
-from arrowlake.io.stats import partition_table, stats_table
+from arrowlake.io.stats import parse_stats, partition_table, stats_table
 from arrowlake.io.storage import Storage
 from arrowlake.metastore.store import Metastore, TableRecord
 from arrowlake.scan.split import FileTask, MergeSpec, Split
@@ -192,8 +194,6 @@ def _run_facts(view: TableView, files: pa.Table
     """Per primary-key run: its key range (None when the key's stored values do not compare
     in Python like in Arrow) and whether it holds only additions, so readers can skip merging
     runs that no other run overlaps. From the metastore: no data is read."""
-    import json
-
     from arrowlake.table.primary_key import KIND_FIELD_ID
 
     key_types = [view.schema.field(k).type for k in view.record.primary_key
@@ -206,17 +206,23 @@ def _run_facts(view: TableView, files: pa.Table
     for stats, low, high in zip(files.column("stats").to_pylist(),
                                 files.column("key_min").to_pylist(),
                                 files.column("key_max").to_pylist(), strict=True):
-        kinds = json.loads(stats).get(kind_id) if stats else None
+        kinds = parse_stats(stats).get(kind_id) if stats else None
         # Runs hold +I (0), +U (2), -D (3) and restarts (4): a maximum of 2 means additions.
         additions.append(kinds is not None and kinds[1] is not None and kinds[1] <= 2
                          and kinds[0] != 1)
         key_range = None
         if comparable and low is not None and high is not None:
-            lo, hi = tuple(json.loads(low)), tuple(json.loads(high))
+            lo, hi = _key_values(low), _key_values(high)
             if None not in lo and None not in hi:
                 key_range = (lo, hi)
         ranges.append(key_range)
     return ranges, additions
+
+
+@functools.lru_cache(maxsize=16384)
+def _key_values(text: str) -> tuple[Any, ...]:
+    """A run's stored key bound, parsed once (runs are immutable)."""
+    return tuple(json.loads(text))
 
 
 def _compares_in_python(typ: pa.DataType) -> bool:
