@@ -745,3 +745,15 @@ def test_shortcut_declines_out_of_order_versions_and_unsortable_keys():
     text = pa.table({"id": ["a", "bb"], "_seq": pa.array([1, 2], pa.int64())})
     assert winners_in_input_order(text, ["id"]) is None
     assert Deduplicate().merge(newer_first, ["id"])["_seq"].to_pylist() == [2]
+
+
+def test_count_of_a_single_null_version_is_zero_like_a_merged_one():
+    """A null counts as 0 whether the key has one version or several (found by hypothesis:
+    compacting newer runs first changed a null count into 0)."""
+    engine = Aggregation({"n": "count"})
+    kinds = pa.array([0, 0, 0], pa.int8())
+    table = pa.table({"k": [0, 0, 1], "n": pa.array([None, None, None], pa.int64()),
+                      "_row_kind": kinds, "_seq": [10, 20, 0]})
+    assert engine.merge(table, ["k"])["n"].to_pylist() == [0, 0]
+    assert engine.merge(table.slice(2), ["k"])["n"].to_pylist() == [0]
+    assert engine.merge(table.slice(0, 1), ["k"])["n"].to_pylist() == [0]

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from arrowlake.errors import ValidationError
 from arrowlake.table.merging.aggregation import (
@@ -275,8 +276,16 @@ class Aggregation(MergeEngine):
         retractions = is_retraction(kinds)
         versions = group_versions(table, sort_key, sequence_field)
         if versions.all_unique and not retractions.any():
-            # One insert-only version per key folds to itself under every function.
-            return _finish(table, kinds, versions.last_rows(), keep_retractions, True)
+            # One insert-only version per key folds to itself under every function, except
+            # that a count is never null: a null counts as 0 wherever versions are added up.
+            merged = _finish(table, kinds, versions.last_rows(), keep_retractions, True)
+            for name in merged.column_names:
+                if (name not in key and name not in SYSTEM_COLUMNS
+                        and self.function_of(name) == "count" and merged[name].null_count):
+                    index = merged.column_names.index(name)
+                    merged = merged.set_column(index, merged.schema.field(index),
+                                               pc.fill_null(merged[name], 0))
+            return merged
         retraction = versions.sorted(retractions)
         if self.remove_record_on_delete:
             segment = _Segments.after_last(versions, versions.sorted(kinds == RowKind.DELETE),
@@ -467,7 +476,7 @@ def _finish(
         result = table
     else:
         result = take_rows(table, pa.array(rows, pa.int64()))
-    if special and retracted is not None and ROW_KIND in result.column_names:
+    if retracted is not None and ROW_KIND in result.column_names:
         restarts = _restarts(kinds[rows])
         if not keep_retractions and restarts.any():
             # With every older version merged in, a restart is an ordinary update.
