@@ -94,9 +94,12 @@ class _Bucket:
     seqs: list[int]
     schema: pa.Schema
     num_rows: int = 0
+    built: pa.Table | None = None  # already a table (read by a scan of its own)
 
     def table(self) -> pa.Table:
         """The rows as :func:`read_runs` gives them (built by the merge thread)."""
+        if self.built is not None:
+            return self.built
         return _as_runs(self.batches, self.seqs, self.schema)
 
 
@@ -112,9 +115,7 @@ def _bucket_batches(split: Split, groups: list[list[FileTask]], columns: Sequenc
         # Files of several schema versions are separate scans: read bucket by bucket.
         for group in groups:
             table = read_runs(split, group, columns, pushed)
-            batches = table.to_batches()
-            seqs = [0] * len(batches)  # unused: the table already has its _seq column
-            yield _PrebuiltBucket(group, batches, seqs, table.schema, table.num_rows, table)
+            yield _Bucket(group, [], [], table.schema, table.num_rows, table)
         return
     group_of = {f.file_id: i for i, g in enumerate(groups) for f in g}
     # Runs of additions only need no row kinds: a table without them is all inserts.
@@ -142,15 +143,6 @@ def _bucket_batches(split: Split, groups: list[list[FileTask]], columns: Sequenc
         bucket.num_rows += batch.num_rows
     if bucket is not None:
         yield bucket
-
-
-@dataclass
-class _PrebuiltBucket(_Bucket):
-    built: pa.Table | None = None
-
-    def table(self) -> pa.Table:
-        assert self.built is not None
-        return self.built
 
 
 def needs_merge(files: Sequence[FileTask]) -> bool:
@@ -258,22 +250,19 @@ def _merged_batches(split: Split, spec: MergeSpec, groups: list[list[FileTask]]
     small_rows = 0
     try:
         for bucket in _bucket_batches(split, groups, read_columns, pushed):
-            if bucket.num_rows < SMALL_BUCKET_ROWS:
+            if bucket.num_rows >= SMALL_BUCKET_ROWS:
+                ahead.append(pool.submit(work, [bucket]))
+            else:
                 small.append(bucket)
                 small_rows += bucket.num_rows
-                if small_rows < SMALL_BUCKET_ROWS:
-                    continue
-                jobs, small, small_rows = [small], [], 0
-            else:
-                jobs = [[bucket]]
+                if small_rows >= SMALL_BUCKET_ROWS:
+                    ahead.append(pool.submit(work, small))
+                    small, small_rows = [], 0
             del bucket
-            for job in jobs:
-                ahead.append(pool.submit(work, job))
             while len(ahead) > 1:
                 yield from ahead.popleft().result().to_batches(max_chunksize=split.batch_size)
         if small:
             ahead.append(pool.submit(work, small))
-            small = []
         while ahead:
             yield from ahead.popleft().result().to_batches(max_chunksize=split.batch_size)
     finally:
