@@ -9,7 +9,7 @@ before a column was added or dropped still reads correctly: columns are matched 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import pyarrow as pa
 
@@ -115,21 +115,8 @@ def normalize_type(typ: pa.DataType) -> pa.DataType:
         return pa.string()
     if typ in (pa.large_binary(), pa.binary_view()):
         return pa.binary()
-    if pa.types.is_struct(typ):
-        return pa.struct([f.with_type(normalize_type(f.type)) for f in typ])
-    if (pa.types.is_large_list(typ) or pa.types.is_list_view(typ)
-            or pa.types.is_large_list_view(typ)):
-        return pa.list_(typ.value_field.with_type(normalize_type(typ.value_type)))
-    if pa.types.is_fixed_size_list(typ):
-        return pa.list_(typ.value_field.with_type(normalize_type(typ.value_type)), typ.list_size)
-    if pa.types.is_list(typ):
-        return pa.list_(typ.value_field.with_type(normalize_type(typ.value_type)))
-    if pa.types.is_map(typ):
-        return pa.map_(
-            typ.key_field.with_type(normalize_type(typ.key_type)),
-            typ.item_field.with_type(normalize_type(typ.item_type)),
-        )
-    return typ
+    nested = _with_children(typ, normalize_type, keep_large=False)
+    return typ if nested is None else nested
 
 
 def without_views(typ: pa.DataType) -> pa.DataType:
@@ -144,22 +131,29 @@ def without_views(typ: pa.DataType) -> pa.DataType:
         return pa.binary()
     if pa.types.is_dictionary(typ):
         return pa.dictionary(typ.index_type, without_views(typ.value_type), typ.ordered)
-    if pa.types.is_struct(typ):
-        return pa.struct([f.with_type(without_views(f.type)) for f in typ])
-    if pa.types.is_list_view(typ):
-        return pa.list_(typ.value_field.with_type(without_views(typ.value_type)))
-    if pa.types.is_large_list_view(typ):
-        return pa.large_list(typ.value_field.with_type(without_views(typ.value_type)))
-    if pa.types.is_fixed_size_list(typ):
-        return pa.list_(typ.value_field.with_type(without_views(typ.value_type)), typ.list_size)
-    if pa.types.is_list(typ):
-        return pa.list_(typ.value_field.with_type(without_views(typ.value_type)))
-    if pa.types.is_large_list(typ):
-        return pa.large_list(typ.value_field.with_type(without_views(typ.value_type)))
-    if pa.types.is_map(typ):
-        return pa.map_(typ.key_field.with_type(without_views(typ.key_type)),
-                       typ.item_field.with_type(without_views(typ.item_type)))
-    return typ
+    nested = _with_children(typ, without_views, keep_large=True)
+    return typ if nested is None else nested
+
+
+def _with_children(typ: pa.DataType, convert: Callable[[pa.DataType], pa.DataType], *,
+                   keep_large: bool) -> pa.DataType | None:
+    """A nested ``typ`` rebuilt with ``convert`` applied to its child types (list views become
+    lists; large lists stay large with ``keep_large``), or None when ``typ`` is not nested."""
+    t = pa.types
+    if t.is_struct(typ):
+        return pa.struct([f.with_type(convert(f.type)) for f in typ])
+    if t.is_map(typ):
+        return pa.map_(typ.key_field.with_type(convert(typ.key_type)),
+                       typ.item_field.with_type(convert(typ.item_type)))
+    if not (t.is_list(typ) or t.is_list_view(typ) or t.is_large_list(typ)
+            or t.is_large_list_view(typ) or t.is_fixed_size_list(typ)):
+        return None
+    value = typ.value_field.with_type(convert(typ.value_type))
+    if t.is_fixed_size_list(typ):
+        return pa.list_(value, typ.list_size)
+    if keep_large and (t.is_large_list(typ) or t.is_large_list_view(typ)):
+        return pa.large_list(value)
+    return pa.list_(value)
 
 
 def schema_without_views(schema: pa.Schema) -> pa.Schema:
