@@ -88,6 +88,14 @@ class StorageError(ArrowlakeError, OSError):
     """An object or file could not be read or written after retries."""
 
 
+class ReadOnlyLake(ArrowlakeError, PermissionError):
+    """The lake (its metastore or its folder) can be read but not written."""
+
+
+class DataFileError(StorageError):
+    """A data file that the metastore lists is missing, truncated or not valid Parquet."""
+
+
 class MissingDependency(ArrowlakeError, ImportError):
     """An optional dependency is needed for this call; the message names the extra to install."""
 
