@@ -72,7 +72,7 @@ def key_buckets(view: TableView, expr: Expr) -> list[int] | None:
     from itertools import product
 
     from arrowlake.expressions import Comparison, In, Literal, conjuncts
-    from arrowlake.table.bucketing import buckets_for_keys
+    from arrowlake.merge.bucketing import buckets_for_keys
 
     key = list(view.record.primary_key)
     buckets = view.record.buckets

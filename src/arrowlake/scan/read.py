@@ -288,7 +288,7 @@ def limited(batches: Iterator[pa.RecordBatch], limit: int | None) -> Iterator[pa
 def read_split(split: Split) -> Iterator[pa.RecordBatch]:
     """Yield the split's rows batch by batch (bounded memory)."""
     if split.merge is not None:
-        from arrowlake.table.merge_read import read_merged
+        from arrowlake.merge.read import read_merged
 
         return read_merged(split)
     return limited(_read_plain(split), split.limit)

@@ -65,7 +65,7 @@ def _pick_tiered(runs: list[FileTask], max_runs: int, ratio: float) -> list[File
 def compact(table: Table, full: bool = False,
             only: Iterable[tuple[int | None, int | None]] | None = None) -> CompactionResult:
     """Merge runs of buckets (all of them, or the ``(partition_id, bucket)`` pairs in ``only``)."""
-    from arrowlake.table.merge_read import bucket_groups, merge_bucket
+    from arrowlake.merge.read import bucket_groups, merge_bucket
     from arrowlake.table.primary_key import require_primary_key
     from arrowlake.table.writes import _discard
 
@@ -90,7 +90,7 @@ def compact(table: Table, full: bool = False,
     # carries the subtraction). Ordered by a sequence field, a merged row would take one
     # sequence value for versions that older runs interleave with, so there a bucket is always
     # compacted whole.
-    from arrowlake.table.merging import Deduplicate, FirstRow
+    from arrowlake.merge import Deduplicate, FirstRow
 
     spec = table._merge_spec()
     assert spec is not None
@@ -147,7 +147,7 @@ def compact(table: Table, full: bool = False,
 def _write_compacted(table: Table, merged: pa.Table, runs: list[FileTask]) -> list[NewFile]:
     """Write one bucket's merged rows as a run that keeps the inputs' sequence range."""
     from arrowlake.io.writer import DataFileWriter, FileTarget, WriteOptions
-    from arrowlake.table.merging import ROW_KIND, SEQUENCE
+    from arrowlake.merge import ROW_KIND, SEQUENCE
     from arrowlake.table.primary_key import KIND_COLUMN, _key_json, _run_schema
 
     rec = table._record

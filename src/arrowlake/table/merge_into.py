@@ -28,7 +28,7 @@ from arrowlake.expressions import (
     rename_columns,
     to_expression,
 )
-from arrowlake.table.merging import ROW_KIND, RowKind
+from arrowlake.merge import ROW_KIND, RowKind
 
 if TYPE_CHECKING:
     from arrowlake.table.table import Table

@@ -19,10 +19,7 @@ import pyarrow.compute as pc
 from arrowlake.errors import CommitConflict, SchemaMismatch, ValidationError
 from arrowlake.io.stats import encode_partition_value, encode_scalar
 from arrowlake.io.writer import DataFileWriter, FileTarget, close_all, split_by_columns
-from arrowlake.metastore.store import NewFile
-from arrowlake.schema import FIELD_ID_KEY, find_field
-from arrowlake.table.bucketing import bucket_of
-from arrowlake.table.merging import (
+from arrowlake.merge import (
     ENGINES,
     ROW_KIND,
     SEQUENCE,
@@ -31,6 +28,9 @@ from arrowlake.table.merging import (
     dedupe_within_write,
     engine_from_options,
 )
+from arrowlake.merge.bucketing import bucket_of
+from arrowlake.metastore.store import NewFile
+from arrowlake.schema import FIELD_ID_KEY, find_field
 
 if TYPE_CHECKING:
     from arrowlake.table.table import Table

@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from arrowlake.errors import ArrowlakeError
 from arrowlake.expressions import AlwaysTrue, Expr, and_all, conjuncts, referenced_columns
+from arrowlake.merge import ROW_KIND, SEQUENCE
 from arrowlake.scan.read import (
     constant_column,
     fillable,
@@ -31,7 +32,6 @@ from arrowlake.scan.read import (
     read_tagged,
 )
 from arrowlake.scan.split import FileTask, MergeSpec, Split
-from arrowlake.table.merging import ROW_KIND, SEQUENCE
 
 KIND_COLUMN = "_al_row_kind"
 

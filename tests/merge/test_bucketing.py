@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from arrowlake.table.bucketing import bucket_of, key_hash
+from arrowlake.merge.bucketing import bucket_of, key_hash
 
 M = 2**64
 
@@ -94,7 +94,7 @@ def test_temporal_and_decimal_keys():
 
 
 def test_same_buckets_in_another_process():
-    code = ("import pyarrow as pa; from arrowlake.table.bucketing import bucket_of; "
+    code = ("import pyarrow as pa; from arrowlake.merge.bucketing import bucket_of; "
             "t = pa.table({'k': pa.array(range(1000), pa.int64())}); "
             "print(bucket_of(t, ['k'], 8).to_pylist())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -106,7 +106,7 @@ def test_same_buckets_in_another_process():
 def test_every_path_gives_the_same_hash():
     """Long low-cardinality columns are hashed per distinct value, short ones byte by byte,
     equal-length values as a byte matrix: the bucket of a value never depends on the path."""
-    from arrowlake.table.bucketing import column_hash
+    from arrowlake.merge.bucketing import column_hash
 
     values = ["eu", None, "apac", "ü", "", "same-width-1", "same-width-2"] * 5000
     column = pa.array(values)
