@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 import subprocess
 import sys
 from decimal import Decimal
@@ -98,7 +99,9 @@ def test_same_buckets_in_another_process():
             "t = pa.table({'k': pa.array(range(1000), pa.int64())}); "
             "print(bucket_of(t, ['k'], 8).to_pylist())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, env={"PYTHONHASHSEED": "123", "PATH": ""}).stdout
+                         check=True, env={"PYTHONHASHSEED": "123", "PATH": "",
+                                              # the same arrowlake as this process imports
+                                              "PYTHONPATH": os.pathsep.join(sys.path)}).stdout
     here = bucket_of(pa.table({"k": pa.array(range(1000), pa.int64())}), ["k"], 8).to_pylist()
     assert out.strip() == str(here)
 
