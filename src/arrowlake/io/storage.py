@@ -1,8 +1,9 @@
 """Where data files live: a small storage contract and its local-disk backend.
 
 Table code speaks only to :class:`Storage`; a backend turns its calls into filesystem or object
-store requests. Storage SDKs are imported only in their backend module, chosen by the location's
-scheme in :func:`storage_for`.
+store requests. Other backends register the location schemes they serve
+(:func:`register_backend`); :func:`storage_for` picks one by the location's scheme. Storage SDKs
+are imported only in their backend module, when first used.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import asyncio
 import contextlib
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -169,15 +170,30 @@ def split_scheme(location: str) -> tuple[str, str]:
     return "file", location
 
 
+#: Builds the storage of a location from it and its ``storage_options``.
+BackendFactory = Callable[[str, dict[str, Any]], Storage]
+
+_BACKENDS: dict[str, BackendFactory] = {}
+
+
+def register_backend(schemes: Iterable[str], factory: BackendFactory) -> None:
+    """Serve locations of ``schemes`` (``"s3"``, ...) with storages built by ``factory``.
+
+    Backend modules call this when imported; :mod:`arrowlake.io` imports those that ship with
+    arrowlake, so every process that uses arrowlake has them registered.
+    """
+    for scheme in schemes:
+        _BACKENDS[scheme.lower()] = factory
+
+
 def storage_for(location: str, options: Mapping[str, Any] | None = None) -> Storage:
     """The storage backend for a location: a local path, ``file://``, or an object store URL."""
     scheme, _ = split_scheme(location)
     if scheme == "file":
         return LocalStorage()
-    if scheme in ("s3", "s3a", "gs", "az", "abfs", "abfss", "memory"):
-        from arrowlake.io.object_store import ObjectStorage
-
-        return ObjectStorage(location, dict(options or {}))
+    factory = _BACKENDS.get(scheme)
+    if factory is not None:
+        return factory(location, dict(options or {}))
     raise ValidationError(
         f"Unsupported storage location {location!r}: use a local path, file://, or s3://"
     )

@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from arrowlake.errors import ValidationError
 from arrowlake.io.stats import (
     column_stats,
     encode_partition_value,
@@ -81,8 +82,6 @@ class WriteOptions:
 
 def _int_property(props: Mapping[str, str], name: str, default: int, *,
                   positive: bool = True) -> int:
-    from arrowlake.errors import ValidationError
-
     value = props.get(name)
     if value is None or value == "":
         return default
@@ -102,8 +101,6 @@ _CODECS = ("zstd", "snappy", "lz4", "gzip", "brotli", "none")
 def _choice_property(props: Mapping[str, str], name: str, choices: Sequence[str]) -> str:
     """The property's value (case-insensitive) if it is one of ``choices`` (the first is the
     default), else a clear error."""
-    from arrowlake.errors import ValidationError
-
     value = props.get(name, choices[0])
     text = value.strip().lower()
     if text not in choices:
