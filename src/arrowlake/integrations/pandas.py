@@ -1,8 +1,9 @@
-"""pandas in and out: DataFrame → table in one call, any scan → DataFrame with faithful dtypes.
+"""pandas in: a DataFrame → a table in one call (:meth:`arrowlake.Lake.from_pandas`).
 
 When a table is created from a DataFrame, the pandas dtype of each column that Arrow cannot
 express by its type alone (nullable integers, categoricals, ...) is kept in the field's
-metadata; :func:`arrow_to_pandas` restores it.
+metadata; :func:`arrowlake.pandas_arrow.arrow_to_pandas` restores it when a scan is read into
+pandas.
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from arrowlake.errors import SchemaMismatch, ValidationError, require
+from arrowlake.errors import SchemaMismatch, ValidationError
+from arrowlake.pandas_arrow import pandas_to_arrow
 from arrowlake.schema import PANDAS_DTYPE_KEY, normalize_schema
+from arrowlake.table.writes import append_parts
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -31,8 +34,6 @@ def infer_schema(df: pd.DataFrame, schema: Any = None) -> pa.Schema:
     """The table schema for ``df``: ``schema`` may be None (inferred), a ``pa.Schema`` (used as
     is), a list of column names (types inferred), or a list of Arrow types (names from ``df``).
     """
-    from arrowlake.table.inputs import pandas_to_arrow
-
     if isinstance(schema, pa.Schema):
         return schema
     sample = pandas_to_arrow(df.iloc[:1000])
@@ -76,35 +77,10 @@ def rename_for_schema(df: pd.DataFrame, schema: pa.Schema) -> pd.DataFrame:
     return df.set_axis(schema.names, axis=1)
 
 
-def arrow_to_pandas(table: pa.Table, **kwargs: Any) -> pd.DataFrame:
-    """``table.to_pandas()`` that restores the pandas dtypes recorded in field metadata."""
-    pd = require("pandas", "pandas", "to_pandas()")
-    recorded = {f.name: (f.metadata or {}).get(PANDAS_DTYPE_KEY) for f in table.schema}
-    recorded = {k: v.decode() for k, v in recorded.items() if v is not None}
-    if not recorded:
-        return table.to_pandas(**kwargs)
-    arrays = []
-    for field, col in zip(table.schema, table.columns, strict=True):
-        if recorded.get(field.name) == "category" and not pa.types.is_dictionary(col.type):
-            col = col.dictionary_encode()  # Arrow dictionaries become pandas Categoricals
-        arrays.append(col)
-    df = pa.Table.from_arrays(arrays, names=table.schema.names).to_pandas(**kwargs)
-    for name, dtype_name in recorded.items():
-        if dtype_name == "category":
-            continue
-        dtype = pd.api.types.pandas_dtype(dtype_name)
-        col = table.column(name)
-        df[name] = col.to_pandas(types_mapper=lambda t, c=col, d=dtype: d if t == c.type
-                                 else None)
-    return df
-
-
 def from_pandas(lake: Any, name: str, df: pd.DataFrame, *, schema: Any = None,
                 splits_num: int | None = None, **create_table_options: Any) -> Any:
     """Create table ``name`` from ``df`` (see :meth:`arrowlake.Lake.from_pandas`)."""
     import os
-
-    from arrowlake.table.inputs import pandas_to_arrow
 
     if splits_num is None:
         splits_num = os.cpu_count() or 1
@@ -123,8 +99,6 @@ def from_pandas(lake: Any, name: str, df: pd.DataFrame, *, schema: Any = None,
             n = len(df)
             step = -(-n // splits_num)
             parts = [data.slice(i, step) for i in range(0, n, step)]
-            from arrowlake.table.writes import append_parts
-
             append_parts(table, parts)
     except BaseException:
         lake.drop_table(name, purge=True)
