@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from arrowlake.errors import InvalidName, SchemaMismatch, ValidationError
+from arrowlake.errors import InvalidName, SchemaMismatch, TableNotFound, ValidationError
+from arrowlake.integrations.pandas import from_pandas
 from arrowlake.io.storage import Storage, normalize_location, split_scheme, storage_for
 from arrowlake.io.writer import WriteOptions
 from arrowlake.metastore.store import Metastore
@@ -20,6 +21,7 @@ from arrowlake.schema import (
     schema_without_views,
     validate_schema,
 )
+from arrowlake.table.primary_key import validate_pk_options
 from arrowlake.table.table import Table
 
 if TYPE_CHECKING:
@@ -116,8 +118,6 @@ class Lake:
         return Table(self, self.metastore.load_table(ns, tbl))
 
     def table_exists(self, name: str) -> bool:
-        from arrowlake.errors import TableNotFound
-
         try:
             self.table(name)
         except TableNotFound:
@@ -151,8 +151,6 @@ class Lake:
         props = {str(k): str(v) for k, v in (properties or {}).items()}
         WriteOptions.from_properties(props)  # a malformed write property fails here, not later
         if primary_key or options:
-            from arrowlake.table.primary_key import validate_pk_options
-
             schema, buckets, props = validate_pk_options(schema, primary_key, partition_by,
                                                          buckets, props, options)
         with_ids, next_id = assign_field_ids(schema)
@@ -189,8 +187,6 @@ class Lake:
         (types inferred) or a list of Arrow types (names from the DataFrame). ``splits_num``
         defaults to the number of CPU cores.
         """
-        from arrowlake.integrations.pandas import from_pandas
-
         return from_pandas(self, name, df, schema=schema, splits_num=splits_num,
                            **create_table_options)
 

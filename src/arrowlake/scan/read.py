@@ -4,6 +4,9 @@ Files are grouped by the schema version they were written in; each group is one 
 dataset read with threads, pushed-down projection and filter (row groups are skipped by their
 statistics). Columns are matched by field id, so renamed columns are found under their old
 names, widened ones are cast, and columns added later read as nulls.
+
+Splits of primary-key tables hold whole buckets: each bucket's runs are read here and merged by
+:mod:`arrowlake.merge.read`, unless they need no merging (see :func:`needs_merge`).
 """
 
 from __future__ import annotations
@@ -11,18 +14,34 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from itertools import chain, pairwise
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
-from arrowlake.errors import ValidationError
-from arrowlake.expressions import AlwaysTrue, referenced_columns, rename_columns, to_arrow
+from arrowlake.errors import ArrowlakeError, ValidationError
+from arrowlake.expressions import AlwaysTrue, Expr, referenced_columns, rename_columns, to_arrow
+from arrowlake.io.prefetch import FileRef, prefetched_windows
+from arrowlake.io.stats import decode_values
 from arrowlake.io.storage import Storage
-from arrowlake.scan.split import FileTask, Split
+from arrowlake.merge.read import (
+    Bucket,
+    MergeSpec,
+    as_runs,
+    merge_buckets,
+    merge_rows,
+    split_filter,
+    split_residual,
+)
+from arrowlake.merge.runs import KIND_COLUMN, KIND_FIELD
 from arrowlake.schema import field_id
+
+if TYPE_CHECKING:
+    from arrowlake.scan.split import FileTask, Split
 
 _FORMAT = ds.ParquetFileFormat(
     default_fragment_scan_options=ds.ParquetFragmentScanOptions(pre_buffer=True)
@@ -51,8 +70,6 @@ class _GroupRead:
             fragments = [_fragment(storage, fs, f) for f in self.files]
             yield ds.FileSystemDataset(fragments, self.file_schema, _FORMAT, fs)
             return
-        from arrowlake.io.prefetch import FileRef, prefetched_windows
-
         refs = [FileRef(f.path, f.file_size) for f in self.files]
         for window in prefetched_windows(storage, refs, _FORMAT, columns=self.read_columns,
                                          filter=self.filter, schema=self.file_schema):
@@ -164,8 +181,6 @@ def constant_array(value: pa.Scalar, length: int) -> pa.Array:
 def partition_scalars(split: Split, task: FileTask, columns: Sequence[str],
                        cache: dict[tuple[str | None, str], pa.Scalar]) -> list[pa.Scalar]:
     import json
-
-    from arrowlake.io.stats import decode_values
 
     out = []
     for name in columns:
@@ -288,8 +303,6 @@ def limited(batches: Iterator[pa.RecordBatch], limit: int | None) -> Iterator[pa
 def read_split(split: Split) -> Iterator[pa.RecordBatch]:
     """Yield the split's rows batch by batch (bounded memory)."""
     if split.merge is not None:
-        from arrowlake.merge.read import read_merged
-
         return read_merged(split)
     return limited(_read_plain(split), split.limit)
 
@@ -364,9 +377,7 @@ def count_split(split: Split) -> int:
     """Rows of the split that match its filter, reading only what the filter needs."""
     if split.merge is not None:
         return sum(b.num_rows for b in read_split(split))
-    narrowed = Split(split.storage, split.files, split.file_schemas, split.schema,
-                     columns=(), filter=split.filter, merge=None,
-                     batch_size=split.batch_size, partition_by=split.partition_by)
+    narrowed = replace(split, columns=(), limit=None, merge=None)
     needed, _ = _needed_columns(narrowed)
     total = 0
     for schema_id, files in _group_by_schema(split.files):
@@ -378,3 +389,158 @@ def count_split(split: Split) -> int:
                 table = dataset.to_table(columns=group.columns, filter=group.filter)
                 total += table.filter(group.residual).num_rows
     return total
+
+
+# -- primary-key splits: each bucket's runs read, then merged by arrowlake.merge -----------
+
+
+def bucket_groups(files: Sequence[FileTask]) -> list[list[FileTask]]:
+    groups: dict[tuple[int | None, int | None], list[FileTask]] = {}
+    for f in files:
+        groups.setdefault((f.partition_id, f.bucket), []).append(f)
+    return list(groups.values())
+
+
+def needs_merge(files: Sequence[FileTask]) -> bool:
+    """Whether a bucket's runs must be merged: not when they hold only additions and no two
+    runs' key ranges overlap (a single run, or runs of disjoint keys), since every key then has
+    exactly one version."""
+    if not all(f.additions_only for f in files):
+        return True
+    if len(files) == 1:
+        return False
+    if any(f.key_range is None for f in files):
+        return True
+    ranges = sorted(f.key_range for f in files if f.key_range is not None)
+    return any(prev[1] >= cur[0] for prev, cur in pairwise(ranges))
+
+
+def _runs_split(split: Split, files: Sequence[FileTask], columns: Sequence[str],
+                pushed: Expr, with_kind: bool = True) -> Split:
+    schema = split.schema if KIND_COLUMN in split.schema.names else split.schema.append(
+        KIND_FIELD)
+    read = (*columns, KIND_COLUMN) if with_kind else tuple(columns)
+    return replace(split, files=tuple(files), schema=schema, columns=read, filter=pushed,
+                   limit=None, merge=None)
+
+
+def read_runs(split: Split, files: Sequence[FileTask], columns: Sequence[str],
+              pushed: Expr) -> pa.Table:
+    """The rows of ``files`` with ``_row_kind`` and ``_seq`` (the writing commit's sequence)."""
+    runs = _runs_split(split, files, columns, pushed)
+    batches: list[pa.RecordBatch] = []
+    seqs: list[int] = []
+    for task, batch in read_tagged(runs):
+        batches.append(batch)
+        seqs.append(task.seq_max or 0)
+    return as_runs(batches, seqs, runs.output_schema())
+
+
+def _bucket_batches(split: Split, groups: list[list[FileTask]], columns: Sequence[str],
+                    pushed: Expr) -> Iterator[Bucket]:
+    """Each bucket's runs, read by one scan of all files.
+
+    The scan yields files in order, so a bucket is complete when a later bucket's rows arrive;
+    reading continues on Arrow's threads while complete buckets are merged.
+    """
+    files = [f for g in groups for f in g]
+    if len({f.schema_id for f in files}) > 1:
+        # Files of several schema versions are separate scans: read bucket by bucket.
+        for group in groups:
+            table = read_runs(split, group, columns, pushed)
+            yield Bucket(group, [], [], table.schema, table.num_rows, table)
+        return
+    group_of = {f.file_id: i for i, g in enumerate(groups) for f in g}
+    # Runs of additions only need no row kinds: a table without them is all inserts.
+    runs = _runs_split(split, files, columns, pushed,
+                       with_kind=not all(f.additions_only for f in files))
+    schema = runs.output_schema()
+    current = -1
+    finished: set[int] = set()
+    bucket: Bucket | None = None
+    for task, batch in read_tagged(runs):
+        index = group_of[task.file_id]
+        if index != current:
+            if index in finished:
+                # Merging part of a bucket would return several versions of a key.
+                raise ArrowlakeError(
+                    f"The scan returned rows of {task.path} after other buckets' rows; a "
+                    "bucket's runs must arrive together to be merged")
+            if bucket is not None:
+                yield bucket
+            finished.add(current)
+            current, bucket = index, Bucket(groups[index], [], [], schema)
+        assert bucket is not None
+        bucket.batches.append(batch)
+        bucket.seqs.append(task.seq_max or 0)
+        bucket.num_rows += batch.num_rows
+    if bucket is not None:
+        yield bucket
+
+
+def merge_bucket(split: Split, files: Sequence[FileTask], columns: Sequence[str],
+                 pushed: Expr, keep_retractions: bool = False) -> pa.Table:
+    """One bucket's current rows (with ``_row_kind`` and ``_seq``), merged."""
+    spec = split.merge
+    assert spec is not None
+    return merge_rows(spec, read_runs(split, files, columns, pushed), keep_retractions)
+
+
+def _needed(split: Split, spec: MergeSpec, residual: Expr) -> list[str]:
+    needed = list(split.columns)
+    extra = [*spec.key, *sorted(referenced_columns(residual))]
+    if spec.sequence_field:
+        extra.append(spec.sequence_field)
+    for c in extra:
+        if c not in needed:
+            needed.append(c)
+    return needed
+
+
+def read_merged(split: Split) -> Iterator[pa.RecordBatch]:
+    """Yield the merged rows of a primary-key split, bucket by bucket.
+
+    Buckets whose runs need no merging (see :func:`needs_merge`) are read like an append
+    table's files, all together and with the whole filter pushed down; the others are merged.
+    """
+    spec = split.merge
+    assert spec is not None
+    groups = bucket_groups(split.files)
+    plain = [f for g in groups if not needs_merge(g) for f in g]
+    merged = [g for g in groups if needs_merge(g)]
+    batches = _merged_batches(split, spec, merged)
+    if plain:
+        direct = replace(split, files=tuple(plain), merge=None, limit=None)
+        batches = chain(read_split(direct), batches)
+    yield from limited(batches, split.limit)
+
+
+def _merged_batches(split: Split, spec: MergeSpec, groups: list[list[FileTask]]
+                    ) -> Iterator[pa.RecordBatch]:
+    if not groups:
+        return
+    pushed, residual = split_filter(split.filter, spec.key)
+    needed = _needed(split, spec, residual)
+    out_schema = split.output_schema()
+    # Partition columns are constant in a bucket: merge without them, then add them back to
+    # the merged rows only (from the files' partition values; nothing is decoded).
+    used = referenced_columns(split.filter)
+    fill = [c for c in spec.partition_by if c in needed and c not in used]
+    if not [k for k in spec.key if k not in spec.partition_by]:
+        fill = []  # a key of partition columns only is sorted by them: they must be read
+    fill = fillable(split.partition_by, [f for g in groups for f in g], fill)
+    read_columns = [c for c in needed if c not in fill]
+    cache: dict[tuple[str | None, str], pa.Scalar] = {}
+
+    def finish(bucket: Bucket, merged: pa.Table) -> pa.Table:
+        if fill:
+            values = partition_scalars(split, bucket.files[0], fill, cache)
+            for name, value in zip(fill, values, strict=True):
+                merged = merged.append_column(name, constant_column(value, merged.num_rows))
+        if not isinstance(residual, AlwaysTrue):
+            merged = merged.filter(split_residual(residual, merged))
+        merged = merged.select(list(split.columns))
+        return merged if merged.schema == out_schema else merged.cast(out_schema)
+
+    yield from merge_buckets(spec, _bucket_batches(split, groups, read_columns, pushed), finish,
+                             split.batch_size)

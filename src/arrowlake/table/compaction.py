@@ -20,9 +20,14 @@ import pyarrow as pa
 
 from arrowlake.errors import CommitConflict
 from arrowlake.expressions import AlwaysTrue
+from arrowlake.io.writer import DataFileWriter, FileTarget, WriteOptions
+from arrowlake.merge import ROW_KIND, SEQUENCE, Deduplicate, FirstRow
+from arrowlake.merge.runs import KIND_COLUMN, KIND_FIELD_ID, key_json, run_schema
 from arrowlake.metastore.store import NewFile, SnapshotChange
 from arrowlake.scan.planning import file_tasks, make_splits
+from arrowlake.scan.read import bucket_groups, merge_bucket
 from arrowlake.scan.split import FileTask
+from arrowlake.table.writes import _discard
 
 if TYPE_CHECKING:
     from arrowlake.table.table import Table
@@ -38,8 +43,6 @@ class CompactionResult:
 
 
 def _has_retractions(task_stats: str) -> bool:
-    from arrowlake.table.primary_key import KIND_FIELD_ID
-
     stats = json.loads(task_stats)
     entry = stats.get(str(KIND_FIELD_ID))
     # Runs hold +I (0), +U (2), -D (3) and the internal restart (4), never -U: a maximum of 3
@@ -65,11 +68,6 @@ def _pick_tiered(runs: list[FileTask], max_runs: int, ratio: float) -> list[File
 def compact(table: Table, full: bool = False,
             only: Iterable[tuple[int | None, int | None]] | None = None) -> CompactionResult:
     """Merge runs of buckets (all of them, or the ``(partition_id, bucket)`` pairs in ``only``)."""
-    from arrowlake.merge.read import bucket_groups, merge_bucket
-    from arrowlake.table.primary_key import require_primary_key
-    from arrowlake.table.writes import _discard
-
-    require_primary_key(table, "compact()")
     table.refresh()
     base = table.current_snapshot_id
     if base is None:
@@ -90,8 +88,6 @@ def compact(table: Table, full: bool = False,
     # carries the subtraction). Ordered by a sequence field, a merged row would take one
     # sequence value for versions that older runs interleave with, so there a bucket is always
     # compacted whole.
-    from arrowlake.merge import Deduplicate, FirstRow
-
     spec = table._merge_spec()
     assert spec is not None
     newer_runs_alone = isinstance(spec.engine, (Deduplicate, FirstRow)) or \
@@ -146,12 +142,8 @@ def compact(table: Table, full: bool = False,
 
 def _write_compacted(table: Table, merged: pa.Table, runs: list[FileTask]) -> list[NewFile]:
     """Write one bucket's merged rows as a run that keeps the inputs' sequence range."""
-    from arrowlake.io.writer import DataFileWriter, FileTarget, WriteOptions
-    from arrowlake.merge import ROW_KIND, SEQUENCE
-    from arrowlake.table.primary_key import KIND_COLUMN, _key_json, _run_schema
-
     rec = table._record
-    schema = _run_schema(table)
+    schema = run_schema(table.schema)
     merged = merged.drop_columns([SEQUENCE]).rename_columns(
         [KIND_COLUMN if c == ROW_KIND else c for c in merged.column_names if c != SEQUENCE]
     ).select(schema.names)
@@ -168,8 +160,8 @@ def _write_compacted(table: Table, merged: pa.Table, runs: list[FileTask]) -> li
     writer = DataFileWriter(
         target, directory, partition_path=part[0], partition_values=part[1],
         bucket=sample.bucket,
-        file_hook=lambda t: {"key_min": _key_json(t.slice(0, 1), key),
-                             "key_max": _key_json(t.slice(t.num_rows - 1, 1), key),
+        file_hook=lambda t: {"key_min": key_json(t.slice(0, 1), key),
+                             "key_max": key_json(t.slice(t.num_rows - 1, 1), key),
                              "seq_min": seq_min, "seq_max": seq_max})
     try:
         for batch in merged.to_batches():

@@ -23,12 +23,16 @@ from arrowlake.expressions import (
     Column,
     Expr,
     Literal,
+    col,
     evaluate,
     referenced_columns,
     rename_columns,
     to_expression,
 )
 from arrowlake.merge import ROW_KIND, RowKind
+from arrowlake.schema import conform
+from arrowlake.table.inputs import batch_stream
+from arrowlake.table.primary_key import commit_rows, require_primary_key, with_kinds
 
 if TYPE_CHECKING:
     from arrowlake.table.table import Table
@@ -70,9 +74,6 @@ class MergeBuilder:
 
     @classmethod
     def start(cls, table: Table, source: Any, on: str | Sequence[str]) -> MergeBuilder:
-        from arrowlake.table.inputs import batch_stream
-        from arrowlake.table.primary_key import require_primary_key
-
         require_primary_key(table, "merge()")
         keys = (on,) if isinstance(on, str) else tuple(on)
         if set(keys) != set(table.primary_key):
@@ -108,8 +109,6 @@ class MergeBuilder:
     # -- execution -----------------------------------------------------------------------------
 
     def _joined(self) -> pa.Table:
-        from arrowlake.expressions import col
-
         table = self.table
         src = self.source
         dupes = src.group_by(list(self.on)).aggregate([([], "count_all")])
@@ -161,14 +160,10 @@ class MergeBuilder:
                 arr = pa.nulls(picked.num_rows, field.type)
             arrays.append(arr)
         out = pa.table(arrays, names=schema.names)
-        from arrowlake.schema import conform
-
         return pa.Table.from_batches(
             [conform(b, schema, where="merge result") for b in out.to_batches()], schema=schema)
 
     def execute(self) -> MergeResult:
-        from arrowlake.table.primary_key import commit_rows, with_kinds
-
         if not self.clauses:
             raise ValidationError("A merge needs at least one when_* clause")
         joined = self._joined()

@@ -14,11 +14,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from arrowlake.errors import CommitConflict, SchemaMismatch, ValidationError
-from arrowlake.io.stats import encode_partition_value, encode_scalar
-from arrowlake.io.writer import DataFileWriter, FileTarget, close_all, split_by_columns
+from arrowlake.expressions import AlwaysTrue, referenced_columns
+from arrowlake.io.stats import encode_partition_value, partition_path
+from arrowlake.io.writer import (
+    DataFileWriter,
+    FileTarget,
+    WriteOptions,
+    close_all,
+    split_by_columns,
+)
 from arrowlake.merge import (
     ENGINES,
     ROW_KIND,
@@ -29,21 +35,23 @@ from arrowlake.merge import (
     engine_from_options,
 )
 from arrowlake.merge.bucketing import bucket_of
-from arrowlake.metastore.store import NewFile
-from arrowlake.schema import FIELD_ID_KEY, find_field
+from arrowlake.merge.runs import KIND_COLUMN, KIND_FIELD, key_json, row_kinds_from
+from arrowlake.metastore.store import NewFile, SnapshotChange
+from arrowlake.scan.planning import fully_matching, plan_files
+from arrowlake.schema import find_field
+from arrowlake.table.compaction import compact_if_needed
+from arrowlake.table.inputs import batch_stream
+from arrowlake.table.writes import (
+    WriteResult,
+    _conflict_on_new_matches,
+    _discard,
+    commit_files,
+    conformed,
+)
 
 if TYPE_CHECKING:
     from arrowlake.table.table import Table
-    from arrowlake.table.writes import WriteResult
 
-#: The row-kind column as stored in data files of primary-key tables.
-KIND_COLUMN = "_al_row_kind"
-#: Its field id: far above any id a user schema reaches, and never assigned to user columns.
-KIND_FIELD_ID = 2_000_000_000
-KIND_FIELD = pa.field(KIND_COLUMN, pa.int8(), nullable=False,
-                      metadata={FIELD_ID_KEY: str(KIND_FIELD_ID).encode()})
-
-ROW_KIND_NAMES = ("+I", "-U", "+U", "-D")
 DEFAULT_BUCKETS = 4
 
 _KEY_TYPES = "integers, strings, binaries, dates, times, timestamps, booleans and decimals"
@@ -162,35 +170,6 @@ def require_primary_key(table: Table, what: str) -> None:
             "overwrite() or delete(), or create the table with primary_key=[...]")
 
 
-# -- row kinds ----------------------------------------------------------------------------------
-
-
-def row_kinds_from(column: pa.Array | pa.ChunkedArray) -> pa.Array:
-    """Row kinds given as strings (``+I -U +U -D``) or integers (0..3) as int8 codes."""
-    if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks()
-    if pa.types.is_dictionary(column.type):
-        column = column.dictionary_decode()
-    if column.null_count:
-        raise ValidationError(f"The row-kind column has {column.null_count} null values")
-    if pa.types.is_integer(column.type):
-        codes = column.cast(pa.int8(), safe=False)
-        bad = pc.sum(pc.or_(pc.less(column, 0), pc.greater(column, 3))).as_py() or 0
-    elif (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)
-          or pa.types.is_string_view(column.type)):
-        idx = pc.index_in(column.cast(pa.string()), value_set=pa.array(ROW_KIND_NAMES))
-        bad = idx.null_count
-        codes = pc.fill_null(idx, 0).cast(pa.int8())
-    else:
-        raise ValidationError(
-            f"The row-kind column must hold strings (+I, -U, +U, -D) or int8 codes 0-3, not "
-            f"{column.type}")
-    if bad:
-        raise ValidationError(
-            f"{bad} rows have an unknown row kind; allowed are +I, -U, +U, -D (or 0-3)")
-    return codes
-
-
 # -- writing runs -------------------------------------------------------------------------------
 
 
@@ -198,14 +177,8 @@ def _run_schema(table: Table) -> pa.Schema:
     return table.schema.append(KIND_FIELD)
 
 
-def _key_json(row: pa.Table, key: Sequence[str]) -> str:
-    return json.dumps([encode_scalar(row.column(k)[0]) for k in key], separators=(",", ":"))
-
-
 def write_runs(table: Table, rows: pa.Table) -> list[NewFile]:
     """Write ``rows`` (table schema + ``_row_kind``) as one sorted run per partition and bucket."""
-    from arrowlake.table.writes import WriteOptions, _discard
-
     rec = table._record
     key = list(rec.primary_key)
     buckets = int(rec.buckets or DEFAULT_BUCKETS)
@@ -232,8 +205,6 @@ def write_runs(table: Table, rows: pa.Table) -> list[NewFile]:
                                       for c in run.column_names]).select(schema.names)
             run = pa.Table.from_arrays(run.columns, schema=schema)
             shown = [v.as_py() if v.is_valid else None for v in values[:-1]]
-            from arrowlake.io.stats import partition_path
-
             ppath = partition_path(rec.partition_by, shown) if rec.partition_by else None
             directory = "/".join(p for p in ("data", ppath, f"bucket-{bucket}") if p)
             writer = DataFileWriter(
@@ -241,8 +212,8 @@ def write_runs(table: Table, rows: pa.Table) -> list[NewFile]:
                 partition_values=json.dumps([encode_partition_value(v) for v in values[:-1]])
                 if rec.partition_by else None,
                 bucket=bucket,
-                file_hook=lambda t: {"key_min": _key_json(t.slice(0, 1), key),
-                                     "key_max": _key_json(t.slice(t.num_rows - 1, 1), key)})
+                file_hook=lambda t: {"key_min": key_json(t.slice(0, 1), key),
+                                     "key_max": key_json(t.slice(t.num_rows - 1, 1), key)})
             writers.append(writer)
             for batch in run.to_batches():
                 writer.write(batch)
@@ -258,8 +229,6 @@ def write_runs(table: Table, rows: pa.Table) -> list[NewFile]:
 
 def collect(table: Table, data: Any, *, where: str = "input") -> pa.Table:
     """The whole input conformed to the table schema (a run must be sorted, so it is held)."""
-    from arrowlake.table.writes import conformed
-
     batches = list(conformed(table, data, table.schema, where=where))
     if not batches:
         return table.schema.empty_table()
@@ -275,8 +244,6 @@ def with_kinds(rows: pa.Table, kinds: pa.Array | RowKind) -> pa.Table:
 def commit_rows(table: Table, rows: pa.Table, kind: str, *, commit_id: str | None = None,
                 summary: dict[str, Any] | None = None) -> WriteResult:
     """Write ``rows`` (with ``_row_kind``) as runs and commit them; then compact if needed."""
-    from arrowlake.table.writes import WriteResult, commit_files
-
     table.refresh()
     base = table.current_snapshot_id
     if rows.num_rows == 0:
@@ -284,8 +251,6 @@ def commit_rows(table: Table, rows: pa.Table, kind: str, *, commit_id: str | Non
     files = write_runs(table, rows)
     result = commit_files(table, kind, base, files, commit_id=commit_id, summary=summary)
     if result.snapshot_id is not None and not result.duplicate:
-        from arrowlake.table.compaction import compact_if_needed
-
         compact_if_needed(table, {(f.partition_path, f.bucket) for f in files})
     return result
 
@@ -302,8 +267,6 @@ def write_changes(table: Table, data: Any, row_kind: str = "op", *,
     """Write CDC rows: ``row_kind`` names the column holding ``+I -U +U -D`` (or 0-3)."""
     require_primary_key(table, "write_changes()")
     table.refresh()
-    from arrowlake.table.inputs import batch_stream
-
     schema, batches = batch_stream(data)
     if row_kind not in schema.names:
         raise ValidationError(
@@ -326,8 +289,6 @@ def write_changes(table: Table, data: Any, row_kind: str = "op", *,
 
 def delete_keys(table: Table, expr: Any, *, commit_id: str | None = None) -> WriteResult:
     """Write tombstones for every key whose current row matches ``expr`` (no rewrite)."""
-    from arrowlake.table.writes import WriteResult
-
     table.refresh()
     matched = table.scan(filter=expr).to_arrow()
     if matched.num_rows == 0:
@@ -343,10 +304,6 @@ def delete_keys(table: Table, expr: Any, *, commit_id: str | None = None) -> Wri
 def overwrite(table: Table, data: Any, expr: Any, *, commit_id: str | None = None
               ) -> WriteResult:
     """Replace the rows of whole partitions (or the whole table) of a primary-key table."""
-    from arrowlake.expressions import AlwaysTrue, referenced_columns
-    from arrowlake.scan.planning import fully_matching, plan_files
-    from arrowlake.table.writes import _conflict_on_new_matches, _discard, conformed
-
     table.refresh()
     rec = table._record
     outside = referenced_columns(expr) - set(rec.partition_by)
@@ -359,8 +316,6 @@ def overwrite(table: Table, data: Any, expr: Any, *, commit_id: str | None = Non
     batches = list(conformed(table, data, table.schema, check=check))
     rows = pa.Table.from_batches(batches, schema=table.schema) if batches else \
         table.schema.empty_table()
-    from arrowlake.table.writes import WriteResult
-
     files = write_runs(table, with_kinds(rows, RowKind.INSERT)) if rows.num_rows else []
     try:
         for attempt in range(5):
@@ -373,8 +328,6 @@ def overwrite(table: Table, data: Any, expr: Any, *, commit_id: str | None = Non
             remove = old.column("file_id").to_pylist()
             if not files and not remove:
                 return WriteResult(None, "overwrite")
-            from arrowlake.metastore.store import SnapshotChange
-
             change = SnapshotChange(
                 kind="overwrite", schema_id=rec.current_schema_id, add=files, remove=remove,
                 removed_rows=int(pa.compute.sum(old.column("row_count")).as_py() or 0),

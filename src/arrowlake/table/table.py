@@ -5,28 +5,39 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 
 from arrowlake.errors import ValidationError
-from arrowlake.expressions import Expr, to_expression
+from arrowlake.expressions import Expr, to_arrow, to_expression
 from arrowlake.io.stats import decode_values, stats_table
+from arrowlake.io.writer import WriteOptions
 from arrowlake.scan.planning import TableView
 from arrowlake.scan.scan import Scan
 from arrowlake.scan.split import MergeSpec
-from arrowlake.table import evolution, maintenance, writes
+from arrowlake.table import compaction, evolution, maintenance, primary_key, writes
+from arrowlake.table.compaction import CompactionResult
 from arrowlake.table.maintenance import ExpireResult, OrphanResult
+from arrowlake.table.merge_into import MergeBuilder
+from arrowlake.table.primary_key import merge_engine, sequence_field
 from arrowlake.table.writes import WriteResult
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from arrowlake.io.storage import Storage
-    from arrowlake.lake import Lake
     from arrowlake.metastore.store import Metastore, TableRecord
-    from arrowlake.table.compaction import CompactionResult
-    from arrowlake.table.merge_into import MergeBuilder
+
+
+class Catalog(Protocol):
+    """What a table needs from the lake that holds it (an :class:`arrowlake.Lake`, a layer
+    above, which creates tables)."""
+
+    @property
+    def metastore(self) -> Metastore: ...
+
+    def storage_for(self, location: str) -> Storage: ...
 
 
 class Table:
@@ -36,7 +47,7 @@ class Table:
     >>> orders.append(pa.table({"order_id": [1]}))  # doctest: +SKIP
     """
 
-    def __init__(self, lake: Lake, record: TableRecord) -> None:
+    def __init__(self, lake: Catalog, record: TableRecord) -> None:
         self._lake = lake
         self._record = record
 
@@ -98,8 +109,6 @@ class Table:
                     "creation: the runs already written were merged under them")
         props.update({k.replace("_", "-") if k.startswith("write_") else k: str(v)
                       for k, v in properties.items()})
-        from arrowlake.io.writer import WriteOptions
-
         WriteOptions.from_properties(props)  # a malformed write property is refused here
         self._metastore.set_properties(self._record.table_id, props)
         self.refresh()
@@ -160,8 +169,6 @@ class Table:
     def _merge_spec(self) -> MergeSpec | None:
         if not self._record.primary_key:
             return None
-        from arrowlake.table.primary_key import merge_engine, sequence_field
-
         return MergeSpec(tuple(self._record.primary_key), merge_engine(self),
                          sequence_field(self), tuple(self._record.partition_by))
 
@@ -236,15 +243,11 @@ class Table:
 
     def upsert(self, data: Any, *, commit_id: str | None = None) -> WriteResult:
         """Insert or replace rows by primary key (merged on read by the table's merge engine)."""
-        from arrowlake.table import primary_key
-
         return primary_key.upsert(self, data, commit_id=commit_id)
 
     def write_changes(self, data: Any, row_kind: str = "op", *,
                       commit_id: str | None = None) -> WriteResult:
         """Write CDC rows; column ``row_kind`` holds ``+I``, ``-U``, ``+U``, ``-D`` (or 0-3)."""
-        from arrowlake.table import primary_key
-
         return primary_key.write_changes(self, data, row_kind, commit_id=commit_id)
 
     def merge(self, source: Any, on: str | Sequence[str]) -> MergeBuilder:
@@ -255,15 +258,12 @@ class Table:
         ...       .when_not_matched_insert()
         ...       .execute())
         """
-        from arrowlake.table.merge_into import MergeBuilder
-
         return MergeBuilder.start(self, source, on)
 
     def compact(self, full: bool = False) -> CompactionResult:
         """Merge the runs of each bucket of a primary-key table (see compaction)."""
-        from arrowlake.table.compaction import compact
-
-        return compact(self, full=full)
+        primary_key.require_primary_key(self, "compact()")
+        return compaction.compact(self, full=full)
 
     def overwrite(self, data: Any, filter: Expr | str | None = None, *,
                   commit_id: str | None = None) -> WriteResult:
@@ -273,8 +273,6 @@ class Table:
         On a primary-key table the filter may use only partition columns.
         """
         if self._record.primary_key:
-            from arrowlake.table import primary_key
-
             return primary_key.overwrite(self, data, to_expression(filter), commit_id=commit_id)
         return writes.overwrite(self, data, to_expression(filter), commit_id=commit_id)
 
@@ -282,12 +280,8 @@ class Table:
         """Delete the rows matching ``filter``, rewriting only files that match in part."""
         expr = to_expression(filter)
         self.refresh()
-        from arrowlake.expressions import to_arrow
-
         to_arrow(expr, self.schema)  # validate before touching anything
         if self._record.primary_key:
-            from arrowlake.table import primary_key
-
             return primary_key.delete_keys(self, expr, commit_id=commit_id)
         return writes.delete(self, expr, commit_id=commit_id)
 
