@@ -3,7 +3,7 @@
 Random sequences of upsert / delete / write_changes / merge / compact / overwrite over a small key
 domain (so versions collide) and random bucket counts are applied to a real table on a SQLite
 lake. The model keeps every version of every key, in version order, and folds them with the
-engine's documented semantics (:mod:`arrowlake.table.merging.engines`, ``aggregation``); the table
+engine's documented semantics (:mod:`arrowlake.merge.engines`, ``aggregation``); the table
 must show the same rows after every step, through key and non-key filters and ``count()``, and at
 every earlier snapshot (time travel).
 """

@@ -1,9 +1,9 @@
 """Primary-key tables: options, bucketing and the write path of upserts, deletes and changes.
 
-Rows hash to buckets by key (:mod:`arrowlake.table.bucketing`). Each commit writes, per touched
+Rows hash to buckets by key (:mod:`arrowlake.merge.bucketing`). Each commit writes, per touched
 partition and bucket, one run: a Parquet file sorted by key with unique keys and an int8 row-kind
 column. Versions of a key inside one write are resolved by the table's merge engine in input
-order; versions across runs are merged when read (:mod:`arrowlake.table.merge_read`).
+order; versions across runs are merged when read (:mod:`arrowlake.merge.read`).
 """
 
 from __future__ import annotations
