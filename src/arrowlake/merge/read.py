@@ -24,16 +24,17 @@ import numpy as np
 import pyarrow as pa
 
 from arrowlake.expressions import AlwaysTrue, Expr, and_all, conjuncts, evaluate, referenced_columns
+from arrowlake.merge.engines import MergeEngine
 from arrowlake.merge.runs import KIND_COLUMN
 from arrowlake.merge.versions import ROW_KIND, SEQUENCE
 
 
 @dataclass(frozen=True)
 class MergeSpec:
-    """How the files of a primary-key split are merged (see :mod:`arrowlake.merge.read`)."""
+    """How the runs of each bucket of a primary-key split are merged."""
 
     key: tuple[str, ...]
-    engine: Any  # a MergeEngine of arrowlake.merge (a picklable frozen dataclass)
+    engine: MergeEngine  # a picklable frozen dataclass
     sequence_field: str | None = None
     partition_by: tuple[str, ...] = ()  # part of the key, constant within a bucket's runs
 
