@@ -183,6 +183,11 @@ def storage_for(location: str, options: Mapping[str, Any] | None = None) -> Stor
     )
 
 
+def is_within(path: str, location: str) -> bool:
+    """Whether ``path`` is ``location`` or below it (both normalized, same scheme)."""
+    return path == location or path.startswith(location.rstrip("/") + "/")
+
+
 def normalize_location(location: str) -> str:
     scheme, rest = split_scheme(location)
     if scheme == "file":
