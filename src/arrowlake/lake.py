@@ -223,8 +223,10 @@ class Lake:
         """Create a table from a DataFrame in one call, written as ``splits_num`` files.
 
         ``schema`` is None (inferred), a ``pa.Schema`` (used as is), a list of column names
-        (types inferred) or a list of Arrow types (names from the DataFrame). ``splits_num``
-        defaults to the number of CPU cores.
+        (types inferred) or a list of Arrow types (names from the DataFrame). Given types are
+        converted to as ``pa.Array.from_pandas(..., type=)`` does (NaN becomes null); a value
+        that does not fit raises :class:`~arrowlake.errors.SchemaMismatch` naming the column
+        and the value. ``splits_num`` defaults to the number of CPU cores.
         """
         from arrowlake.integrations.pandas import from_pandas
 
