@@ -224,7 +224,13 @@ def from_pandas(lake: Any, name: str, df: pd.DataFrame, *, schema: Any = None,
             from arrowlake.table.writes import append_parts
 
             append_parts(table, parts)
-    except BaseException:
-        lake.drop_table(name, purge=True)
+    except BaseException as failure:
+        try:
+            lake.drop_table(name, purge=True)
+        except Exception as cleanup:  # the write's error stays the one raised
+            failure.add_note(
+                f"Removing the table '{name}' this call had created also failed "
+                f"({type(cleanup).__name__}: {cleanup}); once storage and metastore are "
+                f"reachable, lake.drop_table({name!r}, purge=True) removes what is left.")
         raise
     return table

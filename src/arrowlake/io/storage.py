@@ -10,8 +10,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import sys
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -173,6 +174,27 @@ class LocalStorage(Storage):
                     continue
                 out.append(FileInfo(full, st.st_size, int(st.st_mtime * 1000)))
         return out
+
+
+def discard_after_failure(storage: Storage, paths: Sequence[str]) -> None:
+    """Delete the files of a write that failed, from the ``except`` block handling its error.
+
+    When the deletion fails too (the storage is down, credentials expired, ...), the write's
+    own error is what the caller raises: the deletion's failure is attached to it as a note
+    instead of replacing it. Called with no error being handled, a failure raises as usual.
+    """
+    if not paths:
+        return
+    failure = sys.exc_info()[1]
+    try:
+        storage.delete(paths)
+    except Exception as cleanup:
+        if failure is None:
+            raise
+        failure.add_note(
+            f"Deleting the {len(paths)} file(s) this write had written also failed "
+            f"({type(cleanup).__name__}: {cleanup}). They are not part of the table; "
+            "remove_orphan_files() deletes them once the storage is reachable again.")
 
 
 def data_file_damage(storage: Storage, path: str, size: int, *,
