@@ -170,3 +170,12 @@ def test_item14_primary_key_table_with_given_types(sqlite_lake):
     t = sqlite_lake.from_pandas("n.pk", pdf, schema=[pa.int32(), pa.float32()],
                                 primary_key=["id"], buckets=2)
     assert t.to_arrow().sort_by("id").to_pydict() == {"id": [1, 2], "v": [0.75, 0.5]}
+
+
+def test_item14_full_schema_matches_columns_by_name(sqlite_lake):
+    pdf = pd.DataFrame({"b": ["x", "y"], "a": [1.0, 2.0]})
+    schema = pa.schema([("a", pa.int32()), ("b", pa.string()), ("c", pa.float32())])
+    t = sqlite_lake.from_pandas("n.order", pdf, schema=schema)
+    assert t.schema.types == [pa.int32(), pa.string(), pa.float32()]
+    assert t.to_arrow().sort_by("a").to_pydict() == {"a": [1, 2], "b": ["x", "y"],
+                                                     "c": [None, None]}

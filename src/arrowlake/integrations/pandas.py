@@ -160,9 +160,13 @@ def convert_frame(df: pd.DataFrame, schema: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
 
-def rename_for_schema(df: pd.DataFrame, schema: pa.Schema) -> pd.DataFrame:
-    """``df`` with its columns renamed positionally to ``schema``'s names where they differ."""
-    if list(map(str, df.columns)) == schema.names[: len(df.columns)]:
+def rename_for_schema(df: pd.DataFrame, schema: pa.Schema, *,
+                      by_name: bool = False) -> pd.DataFrame:
+    """``df`` with its columns renamed positionally to ``schema``'s names where they differ;
+    with ``by_name`` (a full schema the user gave), columns that all carry names of the schema
+    keep them, in any order."""
+    names = list(map(str, df.columns))
+    if names == schema.names[: len(df.columns)] or (by_name and set(names) <= set(schema.names)):
         return df
     if len(df.columns) != len(schema):
         return df
@@ -204,7 +208,7 @@ def from_pandas(lake: Any, name: str, df: pd.DataFrame, *, schema: Any = None,
     if splits_num < 1:
         raise ValidationError(f"splits_num must be at least 1, got {splits_num}")
     table_schema = infer_schema(df, schema)
-    df = rename_for_schema(df, table_schema)
+    df = rename_for_schema(df, table_schema, by_name=isinstance(schema, pa.Schema))
     given_types = isinstance(schema, pa.Schema) or (
         isinstance(schema, Sequence) and any(isinstance(s, pa.DataType) for s in schema))
     # Types the user gave are an explicit request: the data is converted to them before the
