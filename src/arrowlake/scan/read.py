@@ -8,12 +8,12 @@ names, widened ones are cast, and columns added later read as nulls.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -64,7 +64,10 @@ class _GroupRead:
                                        window.filesystem)
 
 
-@contextmanager
+_CHECKED = "_arrowlake_files_checked"
+
+
+@contextlib.contextmanager
 def _reading(split: Split) -> Iterator[None]:
     """Reading the split's files: a failure caused by a damaged data file (missing, truncated,
     overwritten, not decodable) becomes a :class:`DataFileError` naming the table and the file;
@@ -74,8 +77,12 @@ def _reading(split: Split) -> Iterator[None]:
     except DataFileError:
         raise
     except (OSError, pa.ArrowInvalid) as exc:
+        if getattr(exc, _CHECKED, False):
+            raise  # a nested read (a merge's runs) checked its files already
         found = _damaged_file(split, exc)
         if found is None:
+            with contextlib.suppress(AttributeError):
+                setattr(exc, _CHECKED, True)
             raise
         task, damage = found
         table = f"Table '{split.table}'" if split.table else "The table"
