@@ -91,3 +91,12 @@ def test_item13_cleanup_that_works_leaves_no_note(outage_lake):
         t.append(batches())
     assert cleanup_notes(err.value) == []
     assert [f.path for f in t._storage.list_files(t.location)] == []
+
+
+def test_item13_unreachable_storage_is_not_reported_as_a_damaged_file(outage_s3, outage_lake):
+    t = outage_lake.create_table("t", SCHEMA)
+    t.append(GOOD)  # not read yet: no footer of it is cached
+    outage_s3.stop()
+    with pytest.raises(al.errors.StorageError) as err:
+        t.scan(columns=["s"]).to_arrow()
+    assert not isinstance(err.value, al.errors.DataFileError)
