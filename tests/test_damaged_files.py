@@ -88,9 +88,3 @@ def test_item13_damaged_file_in_a_primary_key_merge(lake: al.Lake) -> None:
         with pytest.raises(DataFileError, match=r"'shop.users'.*does not exist"):
             read()
 
-
-def test_item13_other_read_errors_are_not_blamed_on_files(lake: al.Lake) -> None:
-    t, _ = three_files(lake)
-    with pytest.raises(al.errors.ColumnNotFound):
-        t.scan(columns=["nope"]).to_arrow()
-    assert t.to_arrow().num_rows == 3000
