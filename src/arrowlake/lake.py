@@ -11,7 +11,13 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from arrowlake.errors import InvalidName, SchemaMismatch, ValidationError
-from arrowlake.io.storage import Storage, normalize_location, split_scheme, storage_for
+from arrowlake.io.storage import (
+    Storage,
+    is_within,
+    normalize_location,
+    split_scheme,
+    storage_for,
+)
 from arrowlake.io.writer import WriteOptions
 from arrowlake.metastore.store import Metastore
 from arrowlake.schema import (
@@ -20,6 +26,7 @@ from arrowlake.schema import (
     schema_without_views,
     validate_schema,
 )
+from arrowlake.table.maintenance import metastore_files, own_files
 from arrowlake.table.table import Table
 
 if TYPE_CHECKING:
@@ -161,19 +168,49 @@ class Lake:
                 self.warehouse, ns, f"{tbl}-{uuid.uuid4().hex[:8]}")
         else:
             location = normalize_location(location)
+        self._check_location(f"{ns}.{tbl}", location)
         record = self.metastore.create_table(
             ns, tbl, location=location, schema=with_ids, last_field_id=next_id - 1,
             partition_by=partition_by, primary_key=primary_key, buckets=buckets,
             properties=props)
         return Table(self, record)
 
+    def _check_location(self, name: str, location: str) -> None:
+        """Refuse a location that would mix the table's files with others': the warehouse root
+        (or above it), another table's location (or one inside or around it), or a folder
+        holding the metastore database. Orphan removal and purge delete what such a location
+        holds."""
+        if is_within(self.warehouse, location):
+            where = "is" if location == self.warehouse else "contains"
+            raise ValidationError(
+                f"Table '{name}' cannot be located at {location!r}: it {where} the warehouse "
+                f"root {self.warehouse!r}, where every table keeps its folder. Give the table "
+                "a folder of its own, or leave location= out")
+        for _, other, other_location in self.metastore.table_locations():
+            if is_within(location, other_location) or is_within(other_location, location):
+                relation = ("is the location of" if location == other_location else
+                            "is inside the location of" if is_within(location, other_location)
+                            else "contains the location of")
+                raise ValidationError(
+                    f"Table '{name}' cannot be located at {location!r}: it {relation} table "
+                    f"'{other}' ({other_location!r}), whose files it would share. Give the "
+                    "table a folder of its own, or leave location= out")
+        for path in metastore_files(self.metastore):
+            if is_within(path, location):
+                raise ValidationError(
+                    f"Table '{name}' cannot be located at {location!r}: it contains the "
+                    f"metastore database {path!r}. Give the table a folder of its own, or "
+                    "leave location= out")
+
     def drop_table(self, name: str, purge: bool = False) -> None:
-        """Drop a table from the metastore; with ``purge`` also delete its files."""
+        """Drop a table from the metastore; with ``purge`` also delete its files (never those
+        below another table's location, nor the metastore's)."""
         table = self.table(name)
         storage = table._storage
         self.metastore.drop_table(table._record.table_id)
         if purge:
-            storage.delete([f.path for f in storage.list_files(table.location)])
+            files = own_files(storage, table.location, self.metastore, None)
+            storage.delete([f.path for f in files])
 
     def rename_table(self, old: str, new: str) -> Table:
         table = self.table(old)
@@ -186,8 +223,10 @@ class Lake:
         """Create a table from a DataFrame in one call, written as ``splits_num`` files.
 
         ``schema`` is None (inferred), a ``pa.Schema`` (used as is), a list of column names
-        (types inferred) or a list of Arrow types (names from the DataFrame). ``splits_num``
-        defaults to the number of CPU cores.
+        (types inferred) or a list of Arrow types (names from the DataFrame). Given types are
+        converted to as ``pa.Array.from_pandas(..., type=)`` does (NaN becomes null); a value
+        that does not fit raises :class:`~arrowlake.errors.SchemaMismatch` naming the column
+        and the value. ``splits_num`` defaults to the number of CPU cores.
         """
         from arrowlake.integrations.pandas import from_pandas
 

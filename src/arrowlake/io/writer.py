@@ -29,7 +29,7 @@ from arrowlake.io.stats import (
     merge_stats,
     partition_path,
 )
-from arrowlake.io.storage import Storage
+from arrowlake.io.storage import Storage, discard_after_failure
 from arrowlake.metastore.store import NewFile
 
 _EXECUTOR_LOCK = threading.Lock()
@@ -242,7 +242,7 @@ class DataFileWriter:
                 self._writer.close()
             if self._sink is not None:
                 self._sink.close()
-        self.target.storage.delete(self.written)
+        discard_after_failure(self.target.storage, self.written)
 
 
 # Dictionary encoding pays when values repeat; on mostly-distinct columns the writer builds a

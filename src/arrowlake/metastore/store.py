@@ -311,6 +311,22 @@ class Metastore:
         with self._read() as conn:
             return [(r[0], r[1]) for r in conn.execute(query)]
 
+    def table_locations(self) -> list[tuple[int, str, str]]:
+        """``(table_id, "ns.table", location)`` of every table, in one query."""
+        query = sa.select(t.tables.c.table_id, t.tables.c.namespace, t.tables.c.name,
+                          t.tables.c.location)
+        with self._read() as conn:
+            return [(r[0], f"{r[1]}.{r[2]}", r[3]) for r in conn.execute(query)]
+
+    def database_file(self) -> str | None:
+        """The SQLite database file of this metastore (None for a server database)."""
+        if self.engine.dialect.name != "sqlite":
+            return None
+        path = self.engine.url.database
+        if not path or path == ":memory:" or path.startswith("file:"):
+            return None
+        return str(path)
+
     def drop_table(self, table_id: int) -> None:
         with self._write() as conn:
             for tbl in (t.files, t.partitions, t.tags, t.snapshots, t.schemas):

@@ -8,19 +8,23 @@ names, widened ones are cast, and columns added later read as nulls.
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import inspect
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
-from arrowlake.errors import ValidationError
+from arrowlake.errors import DataFileError, StorageError, ValidationError
 from arrowlake.expressions import AlwaysTrue, referenced_columns, rename_columns, to_arrow
-from arrowlake.io.storage import Storage
+from arrowlake.io.storage import Storage, data_file_damage
 from arrowlake.scan.split import FileTask, Split
 from arrowlake.schema import field_id
 
@@ -58,6 +62,77 @@ class _GroupRead:
                                          filter=self.filter, schema=self.file_schema):
             yield ds.FileSystemDataset(window.fragments, self.file_schema, _FORMAT,
                                        window.filesystem)
+
+
+_CHECKED = "_arrowlake_files_checked"
+
+
+@contextlib.contextmanager
+def _reading(split: Split) -> Iterator[None]:
+    """Reading the split's files: a failure caused by a damaged data file (missing, truncated,
+    overwritten, not decodable) becomes a :class:`DataFileError` naming the table and the file;
+    any other failure stays as it is."""
+    try:
+        yield
+    except DataFileError:
+        raise
+    except (OSError, pa.ArrowInvalid) as exc:
+        if getattr(exc, _CHECKED, False):
+            raise  # a nested read (a merge's runs) checked its files already
+        found = _damaged_file(split, exc)
+        if found is None:
+            with contextlib.suppress(AttributeError):
+                setattr(exc, _CHECKED, True)
+            raise
+        task, damage = found
+        table = f"Table '{split.table}'" if split.table else "The table"
+        raise DataFileError(
+            f"{table} cannot be read: its data file {task.path} {damage}. Restore the file "
+            "(from a backup or replica), or read a snapshot from before the file was added "
+            "(table.snapshots(), table.scan(snapshot=...)); writes that must read the file "
+            "(deletes, compaction) fail the same way until then") from exc
+
+
+def _damaged_file(split: Split, exc: BaseException) -> tuple[FileTask, str] | None:
+    """The file of the split that caused ``exc`` and what is wrong with it, if a file did."""
+    storage = split.storage
+    message = str(exc)
+    named = [f for f in split.files
+             if f.path in message or storage.fs_path(f.path) in message]
+    try:
+        # The file the error names first, then cheap checks (exists, size, trailer) of all,
+        # then, as decoding failures name no file, a full read of each in turn.
+        for read_all in (False, True):
+            for task in [*named, *split.files] if read_all else (named or split.files):
+                damage = data_file_damage(storage, task.path, task.file_size,
+                                          read_all=read_all)
+                if damage is not None:
+                    return task, damage
+    except StorageError:
+        return None  # the storage itself fails: the original error says how
+    return None
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _checked(read: _F) -> _F:
+    """``read(split, ...)`` (a function or a generator) raising :class:`DataFileError` for a
+    damaged file of the split."""
+    if inspect.isgeneratorfunction(read):
+        @functools.wraps(read)
+        def generator(split: Split, *args: Any, **kwargs: Any) -> Any:
+            with _reading(split):
+                yield from read(split, *args, **kwargs)
+
+        return generator  # type: ignore[return-value]
+
+    @functools.wraps(read)
+    def function(split: Split, *args: Any, **kwargs: Any) -> Any:
+        with _reading(split):
+            return read(split, *args, **kwargs)
+
+    return function  # type: ignore[return-value]
 
 
 _FRAGMENTS: OrderedDict[tuple[str, int], ds.ParquetFileFragment] = OrderedDict()
@@ -294,6 +369,7 @@ def read_split(split: Split) -> Iterator[pa.RecordBatch]:
     return limited(_read_plain(split), split.limit)
 
 
+@_checked
 def _read_plain(split: Split) -> Iterator[pa.RecordBatch]:
     needed, extra = _needed_columns(split)
     if _constant_columns(split, split.files, needed):
@@ -310,6 +386,7 @@ def _read_plain(split: Split) -> Iterator[pa.RecordBatch]:
                 yield _finish(batch, group, split, extra, out_schema)
 
 
+@_checked
 def read_tagged(split: Split) -> Iterator[tuple[FileTask, pa.RecordBatch]]:
     """The rows of a split without merging, each batch with the file it came from.
 
@@ -337,6 +414,7 @@ def read_tagged(split: Split) -> Iterator[tuple[FileTask, pa.RecordBatch]]:
                 yield task, _finish(batch, group, split, extra, out_schema, filled, built)
 
 
+@_checked
 def read_split_table(split: Split) -> pa.Table:
     """All of the split's rows as one table (reads each schema group with threads)."""
     out_schema = split.output_schema()
@@ -360,13 +438,15 @@ def read_split_table(split: Split) -> pa.Table:
     return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
 
 
+@_checked
 def count_split(split: Split) -> int:
     """Rows of the split that match its filter, reading only what the filter needs."""
     if split.merge is not None:
         return sum(b.num_rows for b in read_split(split))
     narrowed = Split(split.storage, split.files, split.file_schemas, split.schema,
                      columns=(), filter=split.filter, merge=None,
-                     batch_size=split.batch_size, partition_by=split.partition_by)
+                     batch_size=split.batch_size, partition_by=split.partition_by,
+                     table=split.table)
     needed, _ = _needed_columns(narrowed)
     total = 0
     for schema_id, files in _group_by_schema(split.files):

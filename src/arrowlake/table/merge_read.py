@@ -61,7 +61,7 @@ def _runs_split(split: Split, files: Sequence[FileTask], columns: Sequence[str],
         KIND_FIELD)
     read = (*columns, KIND_COLUMN) if with_kind else tuple(columns)
     return Split(split.storage, tuple(files), split.file_schemas, schema, read, pushed,
-                 batch_size=split.batch_size, partition_by=split.partition_by)
+                 batch_size=split.batch_size, partition_by=split.partition_by, table=split.table)
 
 
 def _as_runs(batches: Sequence[pa.RecordBatch], seqs: Sequence[int], schema: pa.Schema
