@@ -9,7 +9,8 @@ order; versions across runs are merged when read (:mod:`arrowlake.table.merge_re
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -17,16 +18,28 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from arrowlake.errors import CommitConflict, SchemaMismatch, ValidationError
-from arrowlake.io.stats import encode_partition_value, encode_scalar
-from arrowlake.io.writer import DataFileWriter, FileTarget, close_all, split_by_columns
+from arrowlake.io.stats import decode_values, encode_partition_value, encode_scalar
+from arrowlake.io.writer import (
+    DataFileWriter,
+    FileTarget,
+    WriteOptions,
+    close_all,
+    split_by_columns,
+)
 from arrowlake.metastore.store import NewFile
+from arrowlake.scan.scan import Scan
 from arrowlake.schema import FIELD_ID_KEY, find_field
 from arrowlake.table.bucketing import bucket_of
+from arrowlake.table.compaction import compact_if_needed, compaction_options
 from arrowlake.table.merging import (
     ENGINES,
     ROW_KIND,
     SEQUENCE,
+    Aggregation,
+    Deduplicate,
+    FirstRow,
     MergeEngine,
+    PartialUpdate,
     RowKind,
     dedupe_within_write,
     engine_from_options,
@@ -35,6 +48,8 @@ from arrowlake.table.merging import (
 if TYPE_CHECKING:
     from arrowlake.table.table import Table
     from arrowlake.table.writes import WriteResult
+
+_log = logging.getLogger(__name__)
 
 #: The row-kind column as stored in data files of primary-key tables.
 KIND_COLUMN = "_al_row_kind"
@@ -137,6 +152,44 @@ def validate_pk_options(schema: pa.Schema, primary_key: Sequence[str],
     # Builds the engine once so bad aggregation functions fail now.
     engine_from_options(engine_name, schema, list(primary_key), _engine_options(props))
     return schema, buckets, props
+
+
+#: Properties that say how the runs already written merge: fixed once the table exists.
+FIXED_PROPERTIES = ("merge-engine", "sequence-field", "ignore-delete",
+                    "partial-update.ignore-delete", "aggregation.remove-record-on-delete",
+                    "fields.default-aggregate-function")
+_FLAG_PROPERTIES = ("ignore-delete", "partial-update.ignore-delete",
+                    "aggregation.remove-record-on-delete")
+
+
+def is_engine_property(name: str) -> bool:
+    return name in FIXED_PROPERTIES or name.startswith("fields.")
+
+
+def validate_properties(props: Mapping[str, str], primary_key: Sequence[str]) -> None:
+    """Check every property arrowlake reads, so a malformed one fails when it is set, never
+    in a later write. Unknown properties are kept as user metadata."""
+    if "buckets" in props:
+        raise ValidationError(
+            "'buckets' is not a property: give buckets= to create_table(); a table's bucket "
+            "count is fixed once rows are written")
+    WriteOptions.from_properties(dict(props))
+    compaction_options(props)
+    engine_props = sorted(k for k in props if is_engine_property(k))
+    if engine_props and not primary_key:
+        raise ValidationError(
+            f"Properties {engine_props} configure merge engines and need a table with a "
+            "primary key")
+    engine = props.get("merge-engine", "deduplicate")
+    if engine not in ENGINES:
+        raise ValidationError(
+            f"Property 'merge-engine' must be one of {', '.join(ENGINES)}, not {engine!r}")
+    flags = [k for k in props if k in _FLAG_PROPERTIES or
+             (k.startswith("fields.") and k.endswith(".ignore-retract"))]
+    for name in flags:
+        if str(props[name]).strip().lower() not in ("true", "false"):
+            raise ValidationError(
+                f"Property '{name}' must be 'true' or 'false', not {props[name]!r}")
 
 
 def _engine_options(props: Mapping[str, str]) -> dict[str, str]:
@@ -273,21 +326,141 @@ def with_kinds(rows: pa.Table, kinds: pa.Array | RowKind) -> pa.Table:
 
 
 def commit_rows(table: Table, rows: pa.Table, kind: str, *, commit_id: str | None = None,
-                summary: dict[str, Any] | None = None) -> WriteResult:
-    """Write ``rows`` (with ``_row_kind``) as runs and commit them; then compact if needed."""
+                summary: dict[str, Any] | None = None, base: int | None = None,
+                on_rebase: Callable[[pa.Table], None] | None = None) -> WriteResult:
+    """Write ``rows`` (with ``_row_kind``) as runs and commit them on ``base`` (the current
+    snapshot when None); then compact if needed.
+
+    ``on_rebase`` is the commit's conflict check (see :func:`conflict_on_touched_keys`). Once
+    the commit has landed nothing raises: a failing compaction is logged and left for later.
+    """
     from arrowlake.table.writes import WriteResult, commit_files
 
-    table.refresh()
-    base = table.current_snapshot_id
+    if base is None:
+        table.refresh()
+        base = table.current_snapshot_id
     if rows.num_rows == 0:
         return WriteResult(None, kind)
+    check_sequence_values(table, rows)
     files = write_runs(table, rows)
-    result = commit_files(table, kind, base, files, commit_id=commit_id, summary=summary)
+    result = commit_files(table, kind, base, files, commit_id=commit_id, summary=summary,
+                          on_rebase=on_rebase)
     if result.snapshot_id is not None and not result.duplicate:
-        from arrowlake.table.compaction import compact_if_needed
-
-        compact_if_needed(table, {(f.partition_path, f.bucket) for f in files})
+        try:
+            compact_if_needed(table, {(f.partition_path, f.bucket) for f in files})
+        except Exception as exc:  # the write landed: it must not look failed to the caller
+            _log.warning("Snapshot %s of %s committed, but compacting after it failed (the "
+                         "next write or compact() retries): %s", result.snapshot_id,
+                         table.name, exc)
     return result
+
+
+def check_sequence_values(table: Table, rows: pa.Table) -> None:
+    """Refuse NaN in a floating-point ``sequence_field``: it has no order against numbers.
+
+    Nulls are accepted and order before every value (oldest); among equal sequence values
+    the later commit, and within one write the later row, is newer.
+    """
+    seq = sequence_field(table)
+    if seq is None or seq not in rows.column_names:
+        return
+    column = rows.column(seq)
+    if not pa.types.is_floating(column.type):
+        return
+    nans = pc.sum(pc.is_nan(column)).as_py() or 0
+    if nans:
+        raise ValidationError(
+            f"{nans} rows have NaN in sequence_field '{seq}' of table '{table.name}'; NaN has "
+            "no order against other values. Give a number, or null (null orders oldest)")
+
+
+def check_deletes_supported(table: Table, what: str) -> None:
+    """Refuse a delete the table's merge engine would not carry out.
+
+    ``first-row`` keeps the first version of a key forever, ``ignore-delete`` drops
+    retractions, and ``aggregation`` subtracts a retraction unless
+    ``aggregation.remove-record-on-delete`` is set: in all of them a ``-D`` does not remove
+    the key, so ``delete()`` and ``when_matched_delete()`` would report rows as removed that
+    stay. Change data (``write_changes``) keeps the engine's own retraction semantics.
+    """
+    engine = merge_engine(table)
+    reason = None
+    if isinstance(engine, FirstRow):
+        reason = ("its merge engine is 'first-row', which keeps the first version of every key "
+                  "and ignores retractions")
+    elif isinstance(engine, (Deduplicate, PartialUpdate)) and engine.ignore_delete:
+        reason = "it was created with ignore-delete, so retractions are dropped"
+    elif isinstance(engine, Aggregation) and not engine.remove_record_on_delete:
+        reason = ("its merge engine is 'aggregation', where a retraction only subtracts from "
+                  "the aggregates; create the table with properties="
+                  "{'aggregation.remove-record-on-delete': 'true'} to let deletes remove keys")
+    if reason is not None:
+        raise ValidationError(f"{what} cannot delete rows of table '{table.name}': {reason}")
+
+
+def scan_at(table: Table, base: int | None, expr: Any) -> pa.Table:
+    """The merged rows matching ``expr`` at snapshot ``base``, in the current schema."""
+    if base is None:
+        return table.schema.empty_table()
+    return Scan.create(table._view(base, current_schema=True), expr, None, None,
+                       table._merge_spec()).to_arrow()
+
+
+#: How often a delete or merge re-plans on a newer snapshot before giving up.
+REPLAN_ATTEMPTS = 5
+
+
+def gave_up(what: str, table: Table, exc: CommitConflict) -> CommitConflict:
+    return CommitConflict(
+        f"{what} on table '{table.name}' was planned {REPLAN_ATTEMPTS} times and each time "
+        f"another commit changed keys it read before it could commit ({exc}); the table is "
+        "unchanged by it. Retry later, or serialize the writers of these keys")
+
+
+def conflict_on_touched_keys(table: Table, keys: pa.Table, base: int | None
+                             ) -> Callable[[pa.Table], None]:
+    """An ``on_rebase`` check for a write planned on the rows of ``keys`` at ``base``.
+
+    Files committed after ``base`` whose sequence range ends at or below it are compaction
+    rewrites of older runs: they change no row. Any other one (a new run) in a bucket of the
+    touched keys, whose key range holds one of them (by the first key column, a superset of the
+    composite range), may have changed what the write read: :class:`CommitConflict`.
+    """
+    rec = table._record
+    key = list(rec.primary_key)
+    first_type = table.schema.field(key[0]).type
+    keys = keys.select(key)
+    buckets = bucket_of(keys, key, int(rec.buckets or DEFAULT_BUCKETS)).to_numpy()
+    first = keys.column(key[0])
+    by_bucket = {int(b): first.filter(pa.array(buckets == b)) for b in np.unique(buckets)}
+
+    def first_values(texts: pa.ChunkedArray) -> pa.Array:
+        return decode_values([None if t is None else json.loads(t)[0]
+                              for t in texts.to_pylist()], first_type)
+
+    def check(added: pa.Table) -> None:
+        seq_max = pc.fill_null(added.column("seq_max"), np.iinfo(np.int64).max)
+        newer = pc.greater(seq_max, -1 if base is None else base)
+        in_buckets = pc.is_in(pc.fill_null(added.column("bucket"), -1),
+                              value_set=pa.array(list(by_bucket), pa.int32()))
+        new = added.filter(pc.and_(newer, in_buckets))
+        if new.num_rows == 0:
+            return
+        lows, highs = first_values(new.column("key_min")), first_values(new.column("key_max"))
+        # One step per new file (few: one per bucket a commit touched), vectorized over keys.
+        for i, bucket in enumerate(new.column("bucket").to_pylist()):
+            values = by_bucket[int(bucket)]
+            inside = pa.array(np.ones(len(values), dtype=bool))
+            if lows[i].is_valid:
+                inside = pc.and_(inside, pc.greater_equal(values, lows[i]))
+            if highs[i].is_valid:
+                inside = pc.and_(inside, pc.less_equal(values, highs[i]))
+            if pc.any(inside).as_py():
+                raise CommitConflict(
+                    f"A commit that landed after snapshot {base} wrote keys this write read "
+                    f"on table '{table.name}'; the table is unchanged")
+
+    return check
 
 
 def upsert(table: Table, data: Any, *, commit_id: str | None = None) -> WriteResult:
@@ -325,19 +498,34 @@ def write_changes(table: Table, data: Any, row_kind: str = "op", *,
 
 
 def delete_keys(table: Table, expr: Any, *, commit_id: str | None = None) -> WriteResult:
-    """Write tombstones for every key whose current row matches ``expr`` (no rewrite)."""
-    from arrowlake.table.writes import WriteResult
+    """Write tombstones for every key whose current row matches ``expr`` (no rewrite).
 
-    table.refresh()
-    matched = table.scan(filter=expr).to_arrow()
-    if matched.num_rows == 0:
-        return WriteResult(None, "delete")
-    tombstones = with_kinds(matched, RowKind.DELETE)
-    result = commit_rows(table, tombstones, "delete", commit_id=commit_id,
-                         summary={"deleted_rows": matched.num_rows})
+    The keys are found on one snapshot; the commit fails inside its transaction if a run
+    committed since may hold one of them (:func:`conflict_on_touched_keys`), and the delete is
+    then planned again on the newer snapshot, up to :data:`REPLAN_ATTEMPTS` times.
+    """
     from dataclasses import replace
 
-    return replace(result, removed_rows=matched.num_rows, added_rows=0)
+    from arrowlake.table.writes import WriteResult
+
+    check_deletes_supported(table, "delete()")
+    for attempt in range(REPLAN_ATTEMPTS):
+        table.refresh()
+        base = table.current_snapshot_id
+        matched = scan_at(table, base, expr)
+        if matched.num_rows == 0:
+            return WriteResult(None, "delete")
+        tombstones = with_kinds(matched, RowKind.DELETE)
+        try:
+            result = commit_rows(table, tombstones, "delete", commit_id=commit_id,
+                                 summary={"deleted_rows": matched.num_rows}, base=base,
+                                 on_rebase=conflict_on_touched_keys(table, matched, base))
+        except CommitConflict as exc:
+            if attempt == REPLAN_ATTEMPTS - 1:
+                raise gave_up("delete()", table, exc) from exc
+            continue
+        return replace(result, removed_rows=matched.num_rows, added_rows=0)
+    raise AssertionError("unreachable")
 
 
 def overwrite(table: Table, data: Any, expr: Any, *, commit_id: str | None = None
