@@ -28,7 +28,7 @@ from arrowlake.io.writer import (
 )
 from arrowlake.metastore.store import NewFile
 from arrowlake.scan.scan import Scan
-from arrowlake.schema import FIELD_ID_KEY, find_field
+from arrowlake.schema import FIELD_ID_KEY, field_id, find_field
 from arrowlake.table.bucketing import bucket_of
 from arrowlake.table.compaction import compact_if_needed, compaction_options
 from arrowlake.table.merging import (
@@ -100,7 +100,7 @@ def validate_pk_options(schema: pa.Schema, primary_key: Sequence[str],
             raise SchemaMismatch(
                 f"Column '{name}' of type {field.type} cannot be part of a primary key: key "
                 f"columns may be {_KEY_TYPES}")
-    for name in (ROW_KIND, SEQUENCE):
+    for name in (ROW_KIND, SEQUENCE, KIND_COLUMN):
         if name in schema.names:
             raise SchemaMismatch(
                 f"Column name '{name}' is reserved in primary-key tables; rename the column")
@@ -198,14 +198,72 @@ def _engine_options(props: Mapping[str, str]) -> dict[str, str]:
                                                 "aggregation.remove-record-on-delete")}
 
 
-def merge_engine(table: Table) -> MergeEngine:
+def translate_properties(props: Mapping[str, str], old: pa.Schema, new: pa.Schema
+                         ) -> dict[str, str]:
+    """``props`` with the columns its merge options name (``sequence-field``,
+    ``fields.<column>.*``) renamed from ``old`` to ``new`` by field id. Options of columns
+    ``new`` lacks are left out (a column added after an old snapshot)."""
+    ids = {f.name: field_id(f) for f in old}
+    names = {field_id(f): f.name for f in new}
+
+    def renamed(column: str) -> str | None:
+        fid = ids.get(column)
+        return column if fid is None else names.get(fid)
+
+    out: dict[str, str] = {}
+    for name, value in props.items():
+        if name == "sequence-field":
+            out[name] = renamed(value) or value
+        elif name.startswith("fields.") and name != "fields.default-aggregate-function":
+            parts = name.split(".")
+            column = renamed(".".join(parts[1:-1]))
+            if column is not None:
+                out[f"fields.{column}.{parts[-1]}"] = value
+        else:
+            out[name] = value
+    return out
+
+
+def _properties_for(table: Table, schema: pa.Schema | None) -> dict[str, str]:
     props = table._record.properties
-    return engine_from_options(props.get("merge-engine", "deduplicate"), table.schema,
+    if schema is None or schema.equals(table.schema, check_metadata=True):
+        return dict(props)
+    return translate_properties(props, table.schema, schema)
+
+
+def merge_engine(table: Table, schema: pa.Schema | None = None) -> MergeEngine:
+    """The table's merge engine for reading files in ``schema`` (the current one by default):
+    options follow columns by field id, so renames and time travel keep them."""
+    props = _properties_for(table, schema)
+    return engine_from_options(props.get("merge-engine", "deduplicate"),
+                               table.schema if schema is None else schema,
                                list(table._record.primary_key), _engine_options(props))
 
 
-def sequence_field(table: Table) -> str | None:
-    return table._record.properties.get("sequence-field")
+def sequence_field(table: Table, schema: pa.Schema | None = None) -> str | None:
+    return _properties_for(table, schema).get("sequence-field")
+
+
+#: Column names primary-key tables use internally.
+RESERVED_NAMES = (ROW_KIND, SEQUENCE, KIND_COLUMN)
+
+
+def engine_columns(table: Table) -> list[str]:
+    """Columns the table's merge options name: they may be renamed, not dropped."""
+    props = table._record.properties
+    names = [props["sequence-field"]] if "sequence-field" in props else []
+    names += [".".join(k.split(".")[1:-1]) for k in props
+              if k.startswith("fields.") and k != "fields.default-aggregate-function"]
+    return names
+
+
+def check_pk_schema(table: Table, schema: pa.Schema) -> dict[str, str]:
+    """The properties a primary-key table gets with its new ``schema``, after checking that its
+    merge engine still works on it (a new column must suit the default aggregate function)."""
+    props = translate_properties(table._record.properties, table.schema, schema)
+    engine_from_options(props.get("merge-engine", "deduplicate"), schema,
+                        list(table._record.primary_key), _engine_options(props))
+    return props
 
 
 def require_primary_key(table: Table, what: str) -> None:

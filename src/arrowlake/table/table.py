@@ -162,15 +162,15 @@ class Table:
         """
         self.refresh()
         snapshot_id = self._resolve_snapshot(snapshot, as_of, tag)
-        return Scan.create(self._view(snapshot_id), filter, columns, limit, self._merge_spec())
+        view = self._view(snapshot_id)
+        return Scan.create(view, filter, columns, limit, self._merge_spec(view.schema))
 
-    def _merge_spec(self) -> MergeSpec | None:
+    def _merge_spec(self, schema: pa.Schema | None = None) -> MergeSpec | None:
+        """How versions merge when files are read in ``schema`` (the current one by default)."""
         if not self._record.primary_key:
             return None
-        from arrowlake.table.primary_key import merge_engine, sequence_field
-
-        return MergeSpec(tuple(self._record.primary_key), merge_engine(self),
-                         sequence_field(self), tuple(self._record.partition_by))
+        return MergeSpec(tuple(self._record.primary_key), pk.merge_engine(self, schema),
+                         pk.sequence_field(self, schema), tuple(self._record.partition_by))
 
     def to_arrow(self) -> pa.Table:
         return self.scan().to_arrow()
