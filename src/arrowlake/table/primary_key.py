@@ -113,10 +113,16 @@ def validate_pk_options(schema: pa.Schema, primary_key: Sequence[str],
         buckets = DEFAULT_BUCKETS
     if not isinstance(buckets, int) or isinstance(buckets, bool) or buckets < 1:
         raise ValidationError(f"buckets must be a positive integer, got {buckets!r}")
-    engine_name = str(options.get("merge_engine", "deduplicate"))
+    given = props.get("merge-engine")
+    engine_name = str(options.get("merge_engine", given or "deduplicate"))
+    if given is not None and given != engine_name:
+        raise ValidationError(
+            f"merge_engine='{engine_name}' and property 'merge-engine'='{given}' disagree; "
+            "give one of them")
     if engine_name not in ENGINES:
         raise ValidationError(
-            f"Unknown merge_engine '{engine_name}'; valid engines are {', '.join(ENGINES)}")
+            f"Unknown merge_engine '{engine_name}' (property 'merge-engine'); valid engines "
+            f"are {', '.join(ENGINES)}")
     seq = options.get("sequence_field")
     if seq is not None:
         field = find_field(schema, seq)
