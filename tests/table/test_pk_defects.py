@@ -87,6 +87,19 @@ def test_item2_pk_merge_rechecks_keys(mlake, monkeypatch):
                              2: {"id": 2, "v": "src", "ts": 7}}
 
 
+def test_item2_pk_merge_rechecks_after_an_overwrite_that_only_removes(mlake, monkeypatch):
+    schema = pa.schema([("p", I64), ("id", I64), ("ts", I64)])
+    t = mlake.create_table("d.o", schema, primary_key=["p", "id"], partition_by=["p"])
+    t.upsert({"p": [1], "id": [1], "ts": [5]})
+    race_after_reads(monkeypatch, merge_into, t,
+                     lambda other: other.overwrite(schema.empty_table(), "p = 1"))
+    result = (t.merge(pa.table({"p": [1], "id": [1], "ts": [7]}), on=["p", "id"])
+              .when_matched_update(where="source.ts > target.ts").execute())
+    # After the overwrite nothing matches: the key must not come back as an update.
+    assert result.snapshot_id is None and result.unchanged == 1
+    assert t.to_arrow().num_rows == 0
+
+
 def test_item2_pk_delete_gives_up_with_commit_conflict_leaving_table_unchanged(
         mlake, monkeypatch):
     t = mlake.create_table("d.u", pa.schema([("id", I64), ("amount", I64)]),

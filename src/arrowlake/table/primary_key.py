@@ -485,8 +485,9 @@ def conflict_on_touched_keys(table: Table, keys: pa.Table, base: int | None
                              ) -> Callable[[pa.Table], None]:
     """An ``on_rebase`` check for a write planned on the rows of ``keys`` at ``base``.
 
-    Files committed after ``base`` whose sequence range ends at or below it are compaction
-    rewrites of older runs: they change no row. Any other one (a new run) in a bucket of the
+    An overwrite committed after ``base`` conflicts. Files committed after ``base`` whose
+    sequence range ends at or below it are compaction rewrites of older runs: they change no
+    row. Any other one (a new run) in a bucket of the
     touched keys, whose key range holds one of them (by the first key column, a superset of the
     composite range), may have changed what the write read: :class:`CommitConflict`.
     """
@@ -503,6 +504,14 @@ def conflict_on_touched_keys(table: Table, keys: pa.Table, base: int | None
                               for t in texts.to_pylist()], first_type)
 
     def check(added: pa.Table) -> None:
+        # An overwrite may only remove files (no rows given): the added files do not show it.
+        # The commits after ``base`` are all committed (this transaction holds the table).
+        snaps = table._metastore.snapshots(rec.table_id).select(["snapshot_id", "kind"])
+        later = snaps.filter(pc.greater(snaps.column("snapshot_id"), -1 if base is None else base))
+        if pc.any(pc.equal(later.column("kind"), "overwrite")).as_py():
+            raise CommitConflict(
+                f"An overwrite committed after snapshot {base} on table '{table.name}' may have "
+                "removed keys this write read; the table is unchanged")
         seq_max = pc.fill_null(added.column("seq_max"), np.iinfo(np.int64).max)
         newer = pc.greater(seq_max, -1 if base is None else base)
         in_buckets = pc.is_in(pc.fill_null(added.column("bucket"), -1),
