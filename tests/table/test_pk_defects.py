@@ -254,7 +254,8 @@ def test_item11_drops_of_engine_columns_and_reserved_names_are_refused(sqlite_la
 
 @pytest.mark.parametrize("name,value", [("compaction.max-runs", "five"),
                                         ("compaction.max-runs", "0"),
-                                        ("compaction.size-ratio", "0.5"),
+                                        ("compaction.size-ratio", "0"),
+                                        ("compaction.size-ratio", "inf"),
                                         ("compaction.size-ratio", "abc"),
                                         ("ignore-delete", "yes"),
                                         ("merge-engine", "newest")])

@@ -65,9 +65,10 @@ def compaction_options(props: Mapping[str, str]) -> CompactionOptions:
         ratio = float(str(raw_ratio).strip())
     except ValueError:
         ratio = float("nan")
-    if not ratio >= 1.0 or ratio == float("inf"):
+    if not 0 < ratio < float("inf"):
         raise ValidationError(
-            f"Property 'compaction.size-ratio' must be a finite number >= 1, not {raw_ratio!r}")
+            f"Property 'compaction.size-ratio' must be a finite number > 0 (how many times "
+            f"larger an older run may be than the newer ones it joins), not {raw_ratio!r}")
     return CompactionOptions(max_runs, ratio)
 
 
