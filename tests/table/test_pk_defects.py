@@ -63,11 +63,24 @@ def test_item2_pk_delete_ignores_commits_to_other_keys(mlake, monkeypatch):
                            primary_key=["id"], buckets=1)
     t.upsert({"id": [1, 2], "amount": [-5, 7]})
     calls = race_after_reads(monkeypatch, pk, t,
-                             lambda other: other.upsert({"id": [500], "amount": [-1]}))
+                             lambda other: other.upsert({"id": [500], "amount": [8]}))
     t.delete("amount < 0")
-    # The concurrent run holds only key 500, outside the keys deleted: no re-plan needed.
+    # The concurrent run holds only key 500, outside the keys deleted, and no row matching
+    # the filter: no re-plan needed.
     assert len(calls) == 1
-    assert rows_by_id(t) == {2: {"id": 2, "amount": 7}, 500: {"id": 500, "amount": -1}}
+    assert rows_by_id(t) == {2: {"id": 2, "amount": 7}, 500: {"id": 500, "amount": 8}}
+
+
+def test_item2_pk_delete_replans_for_keys_that_match_only_since_its_read(mlake, monkeypatch):
+    t = mlake.create_table("d.u", pa.schema([("id", I64), ("amount", I64)]),
+                           primary_key=["id"], buckets=1)
+    t.upsert({"id": [1, 2], "amount": [-5, 7]})
+    calls = race_after_reads(monkeypatch, pk, t,
+                             lambda other: other.upsert({"id": [2, 500], "amount": [-1, -2]}))
+    result = t.delete("amount < 0")
+    # Serially the delete comes after the upsert: every key matching then is deleted.
+    assert len(calls) == 2 and result.removed_rows == 3
+    assert t.to_arrow().num_rows == 0
 
 
 def test_item2_pk_merge_rechecks_keys(mlake, monkeypatch):

@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from arrowlake.errors import CommitConflict, SchemaMismatch, ValidationError
+from arrowlake.expressions import Expr
 from arrowlake.io.stats import decode_values, encode_partition_value, encode_scalar
 from arrowlake.io.writer import (
     DataFileWriter,
@@ -44,6 +45,7 @@ from arrowlake.table.merging import (
     dedupe_within_write,
     engine_from_options,
 )
+from arrowlake.table.writes import _conflict_on_new_matches
 
 if TYPE_CHECKING:
     from arrowlake.table.table import Table
@@ -484,48 +486,60 @@ def gave_up(what: str, table: Table, exc: CommitConflict) -> CommitConflict:
         "unchanged by it. Retry later, or serialize the writers of these keys")
 
 
-def conflict_on_touched_keys(table: Table, keys: pa.Table, base: int | None
-                             ) -> Callable[[pa.Table], None]:
-    """An ``on_rebase`` check for a write planned on the rows of ``keys`` at ``base``.
+def conflict_on_touched_keys(table: Table, keys: pa.Table, base: int | None,
+                             expr: Expr | None = None) -> Callable[[pa.Table], None]:
+    """An ``on_rebase`` check for a write planned on the rows of ``keys`` at ``base`` (and,
+    with ``expr``, on which rows matched it: a delete by filter).
 
-    An overwrite committed after ``base`` conflicts. Files committed after ``base`` whose
-    sequence range ends at or below it are compaction rewrites of older runs: they change no
-    row. Any other one (a new run) in a bucket of the
-    touched keys, whose key range holds one of them (by the first key column, a superset of the
-    composite range), may have changed what the write read: :class:`CommitConflict`.
+    An overwrite committed after ``base`` conflicts (it may only have removed files). Files
+    committed after ``base`` whose sequence range ends at or below it are compaction rewrites
+    of older runs: they change no row. Any other one (a new run) in a bucket of the touched
+    keys, whose key range may hold one of them (compared on the first key column, a superset of
+    the composite range), may have changed what the write read: :class:`CommitConflict`.
+    With ``expr``, so does a new run whose statistics say it may hold a row matching
+    ``expr``: a key that matches only since ``base`` must be deleted too.
+    Nothing is computed unless the commit has to be rebased.
     """
     rec = table._record
     key = list(rec.primary_key)
     first_type = table.schema.field(key[0]).type
+    after = -1 if base is None else base
     keys = keys.select(key)
-    buckets = bucket_of(keys, key, int(rec.buckets or DEFAULT_BUCKETS)).to_numpy()
-    first = keys.column(key[0])
-    by_bucket = {int(b): first.filter(pa.array(buckets == b)) for b in np.unique(buckets)}
+    new_matches = _conflict_on_new_matches(table, expr) if expr is not None else None
 
     def first_values(texts: pa.ChunkedArray) -> pa.Array:
         return decode_values([None if t is None else json.loads(t)[0]
                               for t in texts.to_pylist()], first_type)
 
     def check(added: pa.Table) -> None:
-        # An overwrite may only remove files (no rows given): the added files do not show it.
-        # The commits after ``base`` are all committed (this transaction holds the table).
+        # The commits after ``base`` have all landed: this transaction holds the table.
         snaps = table._metastore.snapshots(rec.table_id).select(["snapshot_id", "kind"])
-        later = snaps.filter(pc.greater(snaps.column("snapshot_id"), -1 if base is None else base))
+        later = snaps.filter(pc.greater(snaps.column("snapshot_id"), after))
         if pc.any(pc.equal(later.column("kind"), "overwrite")).as_py():
             raise CommitConflict(
                 f"An overwrite committed after snapshot {base} on table '{table.name}' may have "
                 "removed keys this write read; the table is unchanged")
-        seq_max = pc.fill_null(added.column("seq_max"), np.iinfo(np.int64).max)
-        newer = pc.greater(seq_max, -1 if base is None else base)
-        in_buckets = pc.is_in(pc.fill_null(added.column("bucket"), -1),
-                              value_set=pa.array(list(by_bucket), pa.int32()))
-        new = added.filter(pc.and_(newer, in_buckets))
+        newer = pc.greater(pc.fill_null(added.column("seq_max"), np.iinfo(np.int64).max), after)
+        new = added.filter(newer)
         if new.num_rows == 0:
             return
+        if new_matches is not None:
+            new_matches(new)
+        # The touched keys' first column, grouped by bucket (one sort, then slices).
+        buckets = bucket_of(keys, key, int(rec.buckets or DEFAULT_BUCKETS)).to_numpy()
+        order = np.argsort(buckets, kind="stable")
+        first = keys.column(key[0]).take(pa.array(order))
+        sorted_buckets = buckets[order]
         lows, highs = first_values(new.column("key_min")), first_values(new.column("key_max"))
         # One step per new file (few: one per bucket a commit touched), vectorized over keys.
         for i, bucket in enumerate(new.column("bucket").to_pylist()):
-            values = by_bucket[int(bucket)]
+            if bucket is None:
+                values = first
+            else:
+                lo, hi = np.searchsorted(sorted_buckets, [bucket, bucket + 1])
+                values = first.slice(int(lo), int(hi - lo))
+            if len(values) == 0:
+                continue
             inside = pa.array(np.ones(len(values), dtype=bool))
             if lows[i].is_valid:
                 inside = pc.and_(inside, pc.greater_equal(values, lows[i]))
@@ -595,7 +609,7 @@ def delete_keys(table: Table, expr: Any, *, commit_id: str | None = None) -> Wri
         try:
             result = commit_rows(table, tombstones, "delete", commit_id=commit_id,
                                  summary={"deleted_rows": matched.num_rows}, base=base,
-                                 on_rebase=conflict_on_touched_keys(table, matched, base))
+                                 on_rebase=conflict_on_touched_keys(table, matched, base, expr))
         except CommitConflict as exc:
             if attempt == REPLAN_ATTEMPTS - 1:
                 raise gave_up("delete()", table, exc) from exc
