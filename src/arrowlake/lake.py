@@ -27,6 +27,7 @@ from arrowlake.schema import (
     validate_schema,
 )
 from arrowlake.table.maintenance import metastore_files, own_files
+from arrowlake.table.primary_key import validate_properties
 from arrowlake.table.table import Table
 
 if TYPE_CHECKING:
@@ -162,6 +163,7 @@ class Lake:
 
             schema, buckets, props = validate_pk_options(schema, primary_key, partition_by,
                                                          buckets, props, options)
+        validate_properties(props, primary_key)
         with_ids, next_id = assign_field_ids(schema)
         if location is None:
             location = self.storage_for(self.warehouse).join(

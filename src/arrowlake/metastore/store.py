@@ -362,8 +362,12 @@ class Metastore:
         return cached
 
     def add_schema(self, table_id: int, schema: pa.Schema, *, expected_schema_id: int,
-                   last_field_id: int) -> int:
-        """Make ``schema`` the table's current schema, if it is still at ``expected_schema_id``."""
+                   last_field_id: int, properties: dict[str, str] | None = None) -> int:
+        """Make ``schema`` the table's current schema, if it is still at ``expected_schema_id``
+        (and, in the same transaction, ``properties`` its properties when given)."""
+        values: dict[str, Any] = {"last_field_id": last_field_id}
+        if properties is not None:
+            values["properties"] = json.dumps(properties)
         with self._write() as conn:
             new_id = conn.execute(sa.select(sa.func.max(t.schemas.c.schema_id)).where(
                 t.schemas.c.table_id == table_id)).scalar_one() + 1
@@ -371,7 +375,7 @@ class Metastore:
                 t.tables.update()
                 .where((t.tables.c.table_id == table_id)
                        & (t.tables.c.current_schema_id == expected_schema_id))
-                .values(current_schema_id=new_id, last_field_id=last_field_id))
+                .values(current_schema_id=new_id, **values))
             if res.rowcount != 1:
                 raise CommitConflict(
                     "The table's schema was changed by another writer meanwhile; reload the "

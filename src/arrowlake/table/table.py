@@ -16,6 +16,7 @@ from arrowlake.scan.planning import TableView
 from arrowlake.scan.scan import Scan
 from arrowlake.scan.split import MergeSpec
 from arrowlake.table import evolution, maintenance, writes
+from arrowlake.table import primary_key as pk
 from arrowlake.table.maintenance import ExpireResult, OrphanResult
 from arrowlake.table.writes import WriteResult
 
@@ -87,20 +88,26 @@ class Table:
         return dict(self._record.properties)
 
     def set_properties(self, **properties: str) -> None:
-        """Set table properties (``write.target-file-size``, ``write.row-group-rows``, ...)."""
-        props = dict(self.refresh()._record.properties)
-        if self._record.primary_key:
-            fixed = [k for k in properties if k in ("merge-engine", "sequence-field")
-                     or k.startswith("fields.")]
-            if fixed:
-                raise ValidationError(
-                    f"Properties {fixed} of a primary-key table cannot be changed after "
-                    "creation: the runs already written were merged under them")
-        props.update({k.replace("_", "-") if k.startswith("write_") else k: str(v)
-                      for k, v in properties.items()})
-        from arrowlake.io.writer import WriteOptions
+        """Set table properties (``write.target-file-size``, ``compaction.max-runs``, ...).
 
-        WriteOptions.from_properties(props)  # a malformed write property is refused here
+        Every property arrowlake reads is checked here, so a malformed value fails now rather
+        than in a later write. The merge options of a primary-key table (``merge-engine``,
+        ``sequence-field``, ``ignore-delete``, ``partial-update.ignore-delete``,
+        ``aggregation.remove-record-on-delete``, ``fields.*``) are fixed at creation: the runs
+        already written were merged under them. ``buckets`` is not a property (fixed at
+        creation too)."""
+        props = dict(self.refresh()._record.properties)
+        given = {k.replace("_", "-") if k.startswith("write_") else k: str(v)
+                 for k, v in properties.items()}
+        fixed = sorted(k for k, v in given.items()
+                       if pk.is_engine_property(k) and props.get(k) != v)
+        if fixed and self._record.primary_key:
+            raise ValidationError(
+                f"Properties {fixed} of primary-key table '{self.name}' cannot be changed after "
+                "creation: the runs already written were merged under them. Create a new table "
+                "with the options you want and copy the rows into it")
+        props.update(given)
+        pk.validate_properties(props, self._record.primary_key)
         self._metastore.set_properties(self._record.table_id, props)
         self.refresh()
 
@@ -155,15 +162,15 @@ class Table:
         """
         self.refresh()
         snapshot_id = self._resolve_snapshot(snapshot, as_of, tag)
-        return Scan.create(self._view(snapshot_id), filter, columns, limit, self._merge_spec())
+        view = self._view(snapshot_id)
+        return Scan.create(view, filter, columns, limit, self._merge_spec(view.schema))
 
-    def _merge_spec(self) -> MergeSpec | None:
+    def _merge_spec(self, schema: pa.Schema | None = None) -> MergeSpec | None:
+        """How versions merge when files are read in ``schema`` (the current one by default)."""
         if not self._record.primary_key:
             return None
-        from arrowlake.table.primary_key import merge_engine, sequence_field
-
-        return MergeSpec(tuple(self._record.primary_key), merge_engine(self),
-                         sequence_field(self), tuple(self._record.partition_by))
+        return MergeSpec(tuple(self._record.primary_key), pk.merge_engine(self, schema),
+                         pk.sequence_field(self, schema), tuple(self._record.partition_by))
 
     def to_arrow(self) -> pa.Table:
         return self.scan().to_arrow()
