@@ -12,6 +12,7 @@ import pyarrow as pa
 from arrowlake.errors import ValidationError
 from arrowlake.expressions import Expr, to_expression
 from arrowlake.io.stats import decode_values, stats_table
+from arrowlake.metastore.store import check_commit_id
 from arrowlake.scan.planning import TableView
 from arrowlake.scan.scan import Scan
 from arrowlake.scan.split import MergeSpec
@@ -230,12 +231,14 @@ class Table:
         ``commit_id`` makes the write idempotent: a second commit with the same id is skipped.
         On a primary-key table an append is an :meth:`upsert`.
         """
+        check_commit_id(commit_id)
         if self._record.primary_key:
             return self.upsert(data, commit_id=commit_id)
         return writes.append(self, data, commit_id=commit_id)
 
     def upsert(self, data: Any, *, commit_id: str | None = None) -> WriteResult:
         """Insert or replace rows by primary key (merged on read by the table's merge engine)."""
+        check_commit_id(commit_id)
         from arrowlake.table import primary_key
 
         return primary_key.upsert(self, data, commit_id=commit_id)
@@ -243,6 +246,7 @@ class Table:
     def write_changes(self, data: Any, row_kind: str = "op", *,
                       commit_id: str | None = None) -> WriteResult:
         """Write CDC rows; column ``row_kind`` holds ``+I``, ``-U``, ``+U``, ``-D`` (or 0-3)."""
+        check_commit_id(commit_id)
         from arrowlake.table import primary_key
 
         return primary_key.write_changes(self, data, row_kind, commit_id=commit_id)
@@ -272,6 +276,7 @@ class Table:
         Every row of ``data`` must match ``filter``; the replacement is one atomic snapshot.
         On a primary-key table the filter may use only partition columns.
         """
+        check_commit_id(commit_id)
         if self._record.primary_key:
             from arrowlake.table import primary_key
 
@@ -280,6 +285,7 @@ class Table:
 
     def delete(self, filter: Expr | str, *, commit_id: str | None = None) -> WriteResult:
         """Delete the rows matching ``filter``, rewriting only files that match in part."""
+        check_commit_id(commit_id)
         expr = to_expression(filter)
         self.refresh()
         from arrowlake.expressions import to_arrow
