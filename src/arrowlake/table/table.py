@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from arrowlake.errors import ValidationError
+from arrowlake.errors import ReadOnlyLake, ValidationError
 from arrowlake.expressions import Expr, to_expression
 from arrowlake.io.stats import decode_values, stats_table
 from arrowlake.metastore.store import check_commit_id
@@ -112,6 +112,15 @@ class Table:
 
     def __repr__(self) -> str:
         return f"<arrowlake.Table {self.name} snapshot={self.current_snapshot_id}>"
+
+    def _check_write(self, commit_id: str | None = None) -> None:
+        """Refuse a write up front, before any data file is written: a commit id no metastore
+        can store, or a lake opened read-only."""
+        check_commit_id(commit_id)
+        if self._metastore.read_only:
+            raise ReadOnlyLake(
+                f"Cannot write to table {self.name}: the lake was opened read-only (its "
+                f"metastore {self._metastore.engine.url.database} cannot be written here)")
 
     def _protected_snapshots(self) -> set[int]:
         """Snapshots something else still needs (streaming consumers, once they exist)."""
@@ -231,14 +240,14 @@ class Table:
         ``commit_id`` makes the write idempotent: a second commit with the same id is skipped.
         On a primary-key table an append is an :meth:`upsert`.
         """
-        check_commit_id(commit_id)
+        self._check_write(commit_id)
         if self._record.primary_key:
             return self.upsert(data, commit_id=commit_id)
         return writes.append(self, data, commit_id=commit_id)
 
     def upsert(self, data: Any, *, commit_id: str | None = None) -> WriteResult:
         """Insert or replace rows by primary key (merged on read by the table's merge engine)."""
-        check_commit_id(commit_id)
+        self._check_write(commit_id)
         from arrowlake.table import primary_key
 
         return primary_key.upsert(self, data, commit_id=commit_id)
@@ -246,7 +255,7 @@ class Table:
     def write_changes(self, data: Any, row_kind: str = "op", *,
                       commit_id: str | None = None) -> WriteResult:
         """Write CDC rows; column ``row_kind`` holds ``+I``, ``-U``, ``+U``, ``-D`` (or 0-3)."""
-        check_commit_id(commit_id)
+        self._check_write(commit_id)
         from arrowlake.table import primary_key
 
         return primary_key.write_changes(self, data, row_kind, commit_id=commit_id)
@@ -259,12 +268,14 @@ class Table:
         ...       .when_not_matched_insert()
         ...       .execute())
         """
+        self._check_write()
         from arrowlake.table.merge_into import MergeBuilder
 
         return MergeBuilder.start(self, source, on)
 
     def compact(self, full: bool = False) -> CompactionResult:
         """Merge the runs of each bucket of a primary-key table (see compaction)."""
+        self._check_write()
         from arrowlake.table.compaction import compact
 
         return compact(self, full=full)
@@ -276,7 +287,7 @@ class Table:
         Every row of ``data`` must match ``filter``; the replacement is one atomic snapshot.
         On a primary-key table the filter may use only partition columns.
         """
-        check_commit_id(commit_id)
+        self._check_write(commit_id)
         if self._record.primary_key:
             from arrowlake.table import primary_key
 
@@ -285,7 +296,7 @@ class Table:
 
     def delete(self, filter: Expr | str, *, commit_id: str | None = None) -> WriteResult:
         """Delete the rows matching ``filter``, rewriting only files that match in part."""
-        check_commit_id(commit_id)
+        self._check_write(commit_id)
         expr = to_expression(filter)
         self.refresh()
         from arrowlake.expressions import to_arrow
