@@ -230,9 +230,13 @@ class Metastore:
 
     def __init__(self, url: str, *, commit_retries: int = 100) -> None:
         self.url = url
-        read_only_url = sqlite_read_only_url(url) if url.startswith("sqlite") else None
-        self.read_only = read_only_url is not None or "mode=ro" in url or "immutable=1" in url
+        sqlite = url.startswith("sqlite")
+        read_only_url = sqlite_read_only_url(url) if sqlite else None
+        self.read_only = read_only_url is not None or (
+            sqlite and ("mode=ro" in url or "immutable=1" in url))
         self.engine = _make_engine(read_only_url or url, self.read_only)
+        #: Where the metastore is, for messages: the database file, or the URL without password.
+        self.location = self._location()
         self.commit_retries = commit_retries
         self._schema_cache: dict[tuple[int, int], pa.Schema] = {}
         self._init_database()
@@ -251,13 +255,20 @@ class Metastore:
         with self.engine.connect() as conn:
             yield conn
 
+    def _location(self) -> str:
+        url = self.engine.url
+        if self.dialect == "sqlite":
+            path = url.database or ""
+            if path.startswith("file:"):
+                path = path[len("file:"):].split("?", 1)[0]
+            return path
+        return url.render_as_string(hide_password=True)
+
     def _read_only_error(self) -> ReadOnlyLake:
-        where = self.engine.url.database if self.dialect == "sqlite" else \
-            self.engine.url.render_as_string(hide_password=True)
         return ReadOnlyLake(
-            f"The lake's metastore {where} is read-only here: reads work, but writes (commits, "
-            "schema changes, tags, creating or dropping tables) need write access to the "
-            "database (and, for SQLite, to its folder)")
+            f"The lake's metastore {self.location} is read-only here: reads work, but writes "
+            "(commits, schema changes, tags, creating or dropping tables) need write access to "
+            "the database (and, for SQLite, to its folder)")
 
     @contextmanager
     def _write(self) -> Iterator[Connection]:
@@ -287,11 +298,11 @@ class Metastore:
             version = self._stored_version()
             if version is None:
                 raise ReadOnlyLake(
-                    f"{self.engine.url.database} holds no arrowlake metastore, and it is "
-                    "read-only here, so none can be created")
+                    f"{self.location} holds no arrowlake metastore, and it is read-only here, so "
+                    "none can be created")
             if version < t.SCHEMA_VERSION:
                 raise ReadOnlyLake(
-                    f"The metastore {self.engine.url.database} has schema version {version} and "
+                    f"The metastore {self.location} has schema version {version} and "
                     f"must be upgraded to {t.SCHEMA_VERSION} before this arrowlake can read "
                     "it, which needs write access: open it once where it is writable")
         else:
@@ -336,6 +347,16 @@ class Metastore:
         is set on the driver connection before the transaction and restored after it;
         ``foreign_key_check`` proves the rebuilt tables consistent before the commit.
         """
+        try:
+            with self._migration_transaction() as conn:
+                yield conn
+        except DBAPIError as exc:
+            if _is_read_only_error(exc):
+                raise self._read_only_error() from exc
+            raise
+
+    @contextmanager
+    def _migration_transaction(self) -> Iterator[Connection]:
         with self.engine.connect().execution_options(arrowlake_write=True) as conn:
             raw = conn.connection.driver_connection if self.dialect == "sqlite" else None
             if raw is not None:

@@ -120,7 +120,7 @@ class Table:
         if self._metastore.read_only:
             raise ReadOnlyLake(
                 f"Cannot write to table {self.name}: the lake was opened read-only (its "
-                f"metastore {self._metastore.engine.url.database} cannot be written here)")
+                f"metastore {self._metastore.location} cannot be written here)")
 
     def _protected_snapshots(self) -> set[int]:
         """Snapshots something else still needs (streaming consumers, once they exist)."""
