@@ -90,10 +90,12 @@ _CHILD = textwrap.dedent("""
         t.append({"id": [3]})
     except ReadOnlyLake as exc:
         print("refused", round(time.monotonic() - started), str(exc))
-    try:
-        al.connect(sys.argv[1] + "/missing")
-    except ReadOnlyLake as exc:
-        print("missing", str(exc))
+    for sub in ("/missing", "/empty"):
+        started = time.monotonic()
+        try:
+            al.connect(sys.argv[1] + sub)
+        except ReadOnlyLake as exc:
+            print(sub[1:], round(time.monotonic() - started), str(exc))
 """)
 
 
@@ -105,6 +107,7 @@ def test_read_only_lake_folder_opens_for_reading(tmp_path):
         pytest.skip("setpriv (util-linux) is needed to drop the permission override of root")
     folder = tmp_path / "lake"
     _make_lake(folder)
+    (folder / "empty").mkdir()
     assert not (folder / "arrowlake.db-wal").exists()
     paths = [folder, *folder.rglob("*")]
     for path in paths:
@@ -124,7 +127,8 @@ def test_read_only_lake_folder_opens_for_reading(tmp_path):
     assert lines[0] == "read [1, 2] {'v1': 1}"
     assert lines[1].startswith("refused 0 ") and "read-only" in lines[1]
     assert str(folder / "arrowlake.db") in lines[1]
-    assert lines[2].startswith("missing ") and str(folder / "missing") in lines[2]
+    assert lines[2].startswith("missing 0 ") and str(folder / "missing") in lines[2]
+    assert lines[3].startswith("empty 0 ") and str(folder / "empty") in lines[3]
     lake = al.connect(folder)
     assert lake.table("t").snapshots().num_rows == 1
     lake.close()

@@ -164,10 +164,16 @@ def sqlite_read_only_url(url: str) -> str | None:
     parsed = sa.engine.make_url(url)
     path = parsed.database
     if parsed.get_backend_name() != "sqlite" or not path or path == ":memory:" \
-            or path.startswith("file:") or not os.path.exists(path):
+            or path.startswith("file:"):
         return None
     folder = os.path.dirname(os.path.abspath(path)) or "."
     folder_writable = os.access(folder, os.W_OK)
+    if not os.path.exists(path):
+        if os.path.isdir(folder) and not folder_writable:
+            raise ReadOnlyLake(
+                f"There is no lake database at {path}, and its folder is read-only here, so "
+                "none can be created")
+        return None
     if folder_writable and os.access(path, os.W_OK):
         return None
     # mode=ro still follows the WAL of a writer that may exist (who has the -wal and -shm
