@@ -10,7 +10,9 @@ import json
 import os
 import random
 import re
+import sqlite3
 import time
+import urllib.parse
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -155,8 +157,8 @@ def _rows_to_table(rows: Sequence[Sequence[Any]], schema: pa.Schema) -> pa.Table
                     schema=schema)
 
 
-def sqlite_read_only_url(url: str) -> str | None:
-    """A read-only URL for an SQLite database file this process cannot write, else None.
+def sqlite_read_only_uri(url: str) -> str | None:
+    """A read-only SQLite URI for the database file of ``url`` if this process cannot write it.
 
     Checked up front: SQLite would otherwise fail only at the first write (after the commit
     retries), and cannot even read a WAL database whose folder it may not create ``-shm`` in.
@@ -183,14 +185,30 @@ def sqlite_read_only_url(url: str) -> str | None:
         mode = "mode=ro"
     else:
         mode = "immutable=1"
-    return f"sqlite:///file:{os.path.abspath(path)}?{mode}&uri=true"
+    return f"file:{urllib.parse.quote(os.path.abspath(path))}?{mode}"
 
 
-def _make_engine(url: str, read_only: bool) -> Engine:
+def _display_location(url: str) -> str:
+    """Where the metastore is, for messages: the database file, or the URL without password."""
+    parsed = sa.engine.make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        path = parsed.database or ":memory:"
+        return path[len("file:"):] if path.startswith("file:") else path
+    return parsed.render_as_string(hide_password=True)
+
+
+def _make_engine(url: str, read_only: bool, read_only_uri: str | None = None) -> Engine:
     if url.startswith("postgresql://") or url.startswith("postgres://"):
         url = "postgresql+psycopg://" + url.split("://", 1)[1]
     if url.startswith("sqlite"):
-        engine = sa.create_engine(url, connect_args={"timeout": 120})
+        if read_only_uri is not None:
+            # Opened by hand: a URL would not carry a quoted path through to SQLite intact.
+            engine = sa.create_engine(
+                "sqlite://", poolclass=sa.pool.QueuePool,
+                creator=lambda: sqlite3.connect(read_only_uri, uri=True, timeout=120,
+                                                check_same_thread=False))
+        else:
+            engine = sa.create_engine(url, connect_args={"timeout": 120})
 
         @sa.event.listens_for(engine, "connect")
         def _on_connect(dbapi_conn: Any, _record: Any) -> None:
@@ -237,12 +255,12 @@ class Metastore:
     def __init__(self, url: str, *, commit_retries: int = 100) -> None:
         self.url = url
         sqlite = url.startswith("sqlite")
-        read_only_url = sqlite_read_only_url(url) if sqlite else None
-        self.read_only = read_only_url is not None or (
+        read_only_uri = sqlite_read_only_uri(url) if sqlite else None
+        self.read_only = read_only_uri is not None or (
             sqlite and ("mode=ro" in url or "immutable=1" in url))
-        self.engine = _make_engine(read_only_url or url, self.read_only)
+        self.engine = _make_engine(url, self.read_only, read_only_uri)
         #: Where the metastore is, for messages: the database file, or the URL without password.
-        self.location = self._location()
+        self.location = _display_location(url)
         self.commit_retries = commit_retries
         self._schema_cache: dict[tuple[int, int], pa.Schema] = {}
         self._init_database()
@@ -260,15 +278,6 @@ class Metastore:
     def _read(self) -> Iterator[Connection]:
         with self.engine.connect() as conn:
             yield conn
-
-    def _location(self) -> str:
-        url = self.engine.url
-        if self.dialect == "sqlite":
-            path = url.database or ""
-            if path.startswith("file:"):
-                path = path[len("file:"):].split("?", 1)[0]
-            return path
-        return url.render_as_string(hide_password=True)
 
     def _read_only_error(self) -> ReadOnlyLake:
         return ReadOnlyLake(
