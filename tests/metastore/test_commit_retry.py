@@ -80,6 +80,18 @@ def test_item3_lost_reply_of_a_delete_is_not_reported_as_a_conflict(kind, tmp_pa
     lake.close()
 
 
+def test_item3_lost_reply_on_the_last_attempt_is_still_found(tmp_path, monkeypatch):
+    """No retries left: the commit looks for its token once more before giving up (and
+    before the writer deletes files a landed snapshot references)."""
+    lake = al.connect(tmp_path / "lake", commit_retries=1)
+    t = lake.create_table("t", pa.schema([("id", pa.int64())]))
+    _lose_first_commit_reply(monkeypatch)
+    result = t.append({"id": [1]})
+    assert (result.snapshot_id, result.attempts, result.duplicate) == (1, 1, False)
+    assert t.to_arrow().column("id").to_pylist() == [1]
+    lake.close()
+
+
 class _ReplyDroppingProxy:
     """A TCP proxy in front of PostgreSQL. Once armed, it passes on the COMMIT of the first
     transaction that inserted a snapshot row, gives the server time to commit it, and then cuts

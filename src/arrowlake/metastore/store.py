@@ -831,12 +831,30 @@ class Metastore:
                 return CommitResult(result[0], attempts, result[1])
             except CommitConflict:
                 raise
-            except (IntegrityError, OperationalError, _LostRace) as exc:
+            except (DBAPIError, _LostRace) as exc:
+                retryable = isinstance(exc, (IntegrityError, OperationalError, _LostRace)) or (
+                    isinstance(exc, DBAPIError) and exc.connection_invalidated)
+                if not retryable:
+                    raise
                 if attempts >= self.commit_retries:
+                    landed = self._landed(table_id, token)
+                    if landed is not None:
+                        return CommitResult(landed, attempts)
                     raise CommitConflict(
                         f"Gave up committing to table {table_id} after {attempts} attempts: "
                         f"{exc}") from exc
                 time.sleep(min(0.5, 0.002 * 2 ** min(attempts, 8)) * random.random())
+
+    def _landed(self, table_id: int, token: str, conn: Connection | None = None) -> int | None:
+        """The snapshot an attempt with ``token`` committed, if one did."""
+        query = sa.select(t.snapshots.c.snapshot_id).where(
+            (t.snapshots.c.table_id == table_id) & (t.snapshots.c.write_token == token))
+        if conn is None:
+            with self._read() as own:
+                row = own.execute(query).first()
+        else:
+            row = conn.execute(query).first()
+        return None if row is None else int(row[0])
 
     def _commit_once(self, conn: Connection, table_id: int, base: int | None,
                      change: SnapshotChange, token: str | None = None,
@@ -850,11 +868,9 @@ class Metastore:
             raise self._dropped(table_id)
         current, last = row[0], int(row[1])
         if retrying and token is not None:
-            mine = conn.execute(sa.select(t.snapshots.c.snapshot_id).where(
-                (t.snapshots.c.table_id == table_id)
-                & (t.snapshots.c.write_token == token))).first()
+            mine = self._landed(table_id, token, conn)
             if mine is not None:
-                return int(mine[0]), False
+                return mine, False
         if change.commit_id is not None:
             dup = conn.execute(sa.select(t.snapshots.c.snapshot_id).where(
                 (t.snapshots.c.table_id == table_id)
