@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import uuid
@@ -229,6 +230,8 @@ def connect(uri: str | os.PathLike[str], *, warehouse: str | None = None,
         try:
             os.makedirs(path, exist_ok=True)
         except OSError as exc:
+            if not isinstance(exc, PermissionError) and exc.errno != errno.EROFS:
+                raise
             raise ReadOnlyLake(
                 f"Cannot create the lake folder {path}: {exc.strerror or exc}") from exc
         url = f"sqlite:///{os.path.join(path, 'arrowlake.db')}"
