@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+import sqlalchemy as sa
 
 import arrowlake as al
 from arrowlake.errors import ReadOnlyLake
@@ -55,28 +56,25 @@ def test_read_only_sqlite_database_reads_and_refuses_writes_at_once(tmp_path):
 
 
 def test_sqlite_write_refused_by_the_database_is_not_retried(tmp_path):
-    """A connection opened for writing whose writes SQLite refuses as read-only."""
+    """A database that refuses writes only when they come (SQLite ``query_only``)."""
     folder = tmp_path / "lake"
     _make_lake(folder)
     lake = al.connect(folder)
     t = lake.table("t")
-    lake.metastore.engine.dispose()
-    lake.metastore.engine.pool._creator = _read_only_creator(folder / "arrowlake.db")
+    engine = lake.metastore.engine
+    engine.dispose()
+    sa.event.listen(engine, "connect",
+                    lambda dbapi_conn, _record: dbapi_conn.execute("PRAGMA query_only=ON"))
     started = time.monotonic()
-    with pytest.raises(ReadOnlyLake):
+    with pytest.raises(ReadOnlyLake, match="read-only"):
         t.append({"id": [3]})
+    with pytest.raises(ReadOnlyLake):
+        t.create_tag("v2")
     assert time.monotonic() - started < 2
+    assert t.to_arrow().num_rows == 2
+    written = list(Path(t.location).rglob("*.parquet"))
+    assert len(written) == len(t.files()) == 1  # the refused append's file was deleted
     lake.close()
-
-
-def _read_only_creator(db: Path):
-    import sqlite3
-
-    def create():
-        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, check_same_thread=False)
-        return conn
-
-    return create
 
 
 _CHILD = textwrap.dedent("""
