@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import uuid
@@ -10,7 +11,13 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from arrowlake.errors import InvalidName, SchemaMismatch, ValidationError
+from arrowlake.errors import (
+    InvalidName,
+    ReadOnlyLake,
+    SchemaMismatch,
+    TableNotFound,
+    ValidationError,
+)
 from arrowlake.io.storage import (
     Storage,
     is_within,
@@ -33,7 +40,8 @@ from arrowlake.table.table import Table
 if TYPE_CHECKING:
     import pandas as pd
 
-_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_\-]{0,127}$")
+# Matched with fullmatch: ``$`` would accept a trailing newline.
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_\-]{0,127}")
 DEFAULT_NAMESPACE = "default"
 
 _PARTITION_TYPES = "integers, strings, dates, timestamps, booleans and decimals"
@@ -46,7 +54,7 @@ def parse_table_name(name: str) -> tuple[str, str]:
     parts = name.split(".")
     if len(parts) == 1:
         parts = [DEFAULT_NAMESPACE, parts[0]]
-    if len(parts) != 2 or not all(_NAME.match(p) for p in parts):
+    if len(parts) != 2 or not all(_NAME.fullmatch(p) for p in parts):
         raise InvalidName(
             f"Invalid table name {name!r}: use 'namespace.table', each part of letters, digits, "
             "'_' or '-' (at most 128, not starting with '-'); '/', '..', quotes and spaces are "
@@ -106,8 +114,10 @@ class Lake:
         return self.metastore.namespaces()
 
     def create_namespace(self, name: str) -> None:
-        if not _NAME.match(name):
-            raise InvalidName(f"Invalid namespace name {name!r}")
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
+            raise InvalidName(
+                f"Invalid namespace name {name!r}: use letters, digits, '_' or '-' (at most "
+                "128, not starting with '-')")
         self.metastore.create_namespace(name)
 
     def drop_namespace(self, name: str) -> None:
@@ -124,8 +134,6 @@ class Lake:
         return Table(self, self.metastore.load_table(ns, tbl))
 
     def table_exists(self, name: str) -> bool:
-        from arrowlake.errors import TableNotFound
-
         try:
             self.table(name)
         except TableNotFound:
@@ -260,7 +268,13 @@ def connect(uri: str | os.PathLike[str], *, warehouse: str | None = None,
         wh = warehouse
     else:
         path = normalize_location(text)
-        os.makedirs(path, exist_ok=True)
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError as exc:
+            if not isinstance(exc, PermissionError) and exc.errno != errno.EROFS:
+                raise
+            raise ReadOnlyLake(
+                f"Cannot create the lake folder {path}: {exc.strerror or exc}") from exc
         url = f"sqlite:///{os.path.join(path, 'arrowlake.db')}"
         wh = warehouse or path
     return Lake(Metastore(url, commit_retries=commit_retries), wh, storage_options)

@@ -9,9 +9,10 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from arrowlake.errors import ValidationError
+from arrowlake.errors import ReadOnlyLake, ValidationError
 from arrowlake.expressions import Expr, to_expression
 from arrowlake.io.stats import decode_values, stats_table
+from arrowlake.metastore.store import check_commit_id
 from arrowlake.scan.planning import TableView
 from arrowlake.scan.scan import Scan
 from arrowlake.scan.split import MergeSpec
@@ -118,6 +119,15 @@ class Table:
 
     def __repr__(self) -> str:
         return f"<arrowlake.Table {self.name} snapshot={self.current_snapshot_id}>"
+
+    def _check_write(self, commit_id: str | None = None) -> None:
+        """Refuse a write up front, before any data file is written: a commit id no metastore
+        can store, or a lake opened read-only."""
+        check_commit_id(commit_id)
+        if self._metastore.read_only:
+            raise ReadOnlyLake(
+                f"Cannot write to table {self.name}: the lake was opened read-only (its "
+                f"metastore {self._metastore.location} cannot be written here)")
 
     def _protected_snapshots(self) -> set[int]:
         """Snapshots something else still needs (streaming consumers, once they exist)."""
@@ -237,12 +247,14 @@ class Table:
         ``commit_id`` makes the write idempotent: a second commit with the same id is skipped.
         On a primary-key table an append is an :meth:`upsert`.
         """
+        self._check_write(commit_id)
         if self._record.primary_key:
             return self.upsert(data, commit_id=commit_id)
         return writes.append(self, data, commit_id=commit_id)
 
     def upsert(self, data: Any, *, commit_id: str | None = None) -> WriteResult:
         """Insert or replace rows by primary key (merged on read by the table's merge engine)."""
+        self._check_write(commit_id)
         from arrowlake.table import primary_key
 
         return primary_key.upsert(self, data, commit_id=commit_id)
@@ -250,6 +262,7 @@ class Table:
     def write_changes(self, data: Any, row_kind: str = "op", *,
                       commit_id: str | None = None) -> WriteResult:
         """Write CDC rows; column ``row_kind`` holds ``+I``, ``-U``, ``+U``, ``-D`` (or 0-3)."""
+        self._check_write(commit_id)
         from arrowlake.table import primary_key
 
         return primary_key.write_changes(self, data, row_kind, commit_id=commit_id)
@@ -262,12 +275,14 @@ class Table:
         ...       .when_not_matched_insert()
         ...       .execute())
         """
+        self._check_write()
         from arrowlake.table.merge_into import MergeBuilder
 
         return MergeBuilder.start(self, source, on)
 
     def compact(self, full: bool = False) -> CompactionResult:
         """Merge the runs of each bucket of a primary-key table (see compaction)."""
+        self._check_write()
         from arrowlake.table.compaction import compact
 
         return compact(self, full=full)
@@ -279,6 +294,7 @@ class Table:
         Every row of ``data`` must match ``filter``; the replacement is one atomic snapshot.
         On a primary-key table the filter may use only partition columns.
         """
+        self._check_write(commit_id)
         if self._record.primary_key:
             from arrowlake.table import primary_key
 
@@ -287,6 +303,7 @@ class Table:
 
     def delete(self, filter: Expr | str, *, commit_id: str | None = None) -> WriteResult:
         """Delete the rows matching ``filter``, rewriting only files that match in part."""
+        self._check_write(commit_id)
         expr = to_expression(filter)
         self.refresh()
         from arrowlake.expressions import to_arrow
