@@ -10,7 +10,6 @@ from decimal import Decimal
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-import pytest
 
 import arrowlake as al
 from arrowlake.expressions import col
