@@ -222,9 +222,9 @@ def partition_path(names: Sequence[str], values: Sequence[Any]) -> str:
     Distinct values get distinct directories (the metastore knows a partition by its path): a
     null is ``__NULL__``, the string ``"__NULL__"`` is ``%5F%5FNULL%5F%5F``, and a value whose
     directory name would exceed :data:`MAX_PARTITION_SEGMENT` bytes is named
-    ``<its first characters>=<SHA-256 of the value>`` (the value itself is kept whole in the
-    metastore). A raw ``=`` after the first is never written by ``quote``, so hashed names meet
-    no plain value.
+    ``<its first characters>=<160 bits of its SHA-256, in hex>`` (the value is kept whole in
+    the metastore). A raw ``=`` after the first is never written by ``quote``, so hashed names
+    meet no plain value.
     """
     parts = []
     for name, value in zip(names, values, strict=True):
