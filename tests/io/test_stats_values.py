@@ -198,13 +198,40 @@ def test_item6_null_partition_is_not_the_string_null(lake: al.Lake) -> None:
     assert sorted(t.to_arrow().column("id").to_pylist()) == [1, 4]
 
 
+def test_item6_partitions_written_before_keep_reading(lake: al.Lake) -> None:
+    """Partitions named as before the fix (a null, or the string, at ``p=__NULL__``) keep
+    their rows, and new nulls get a partition of their own next to an old string one."""
+    t = lake.create_table("p", pa.schema([("id", pa.int64()), ("p", pa.string())]),
+                          partition_by=["p"])
+    t.append({"id": [1], "p": ["__NULL__"]})
+    old = lake.create_table("q", pa.schema([("id", pa.int64()), ("p", pa.string())]),
+                            partition_by=["p"])
+    old.append({"id": [1], "p": pa.array([None], pa.string())})
+    c = mt.partitions.c
+    with t._metastore.engine.begin() as conn:  # as written before: both at p=__NULL__
+        for table, path in ((t, "p=__NULL__"), (old, "p=(null)")):
+            assert conn.execute(mt.partitions.select().where(
+                (c.table_id == table._record.table_id) & (c.path == path))).first() is not None
+        conn.execute(mt.partitions.update().where(
+            (c.table_id == old._record.table_id) & (c.path == "p=(null)"))
+            .values(path="p=__NULL__"))
+    t.append({"id": [2], "p": pa.array([None], pa.string())})
+    assert sorted(t.to_arrow().to_pylist(), key=lambda r: r["id"]) == [
+        {"id": 1, "p": "__NULL__"}, {"id": 2, "p": None}]
+    assert t.scan(filter="p is null").to_arrow().column("id").to_pylist() == [2]
+    old.append({"id": [2], "p": pa.array([None], pa.string())})
+    assert sorted(old.scan(filter="p is null").to_arrow().column("id").to_pylist()) == [1, 2]
+    assert old.scan(filter="p is null").count() == 2
+    assert old.to_arrow().column("p").to_pylist() == [None, None]
+
+
 def test_partition_paths_are_distinct_for_distinct_values() -> None:
     names = ["p"]
-    values = [None, "__NULL__", "%5F%5FNULL%5F%5F", "a" * 300, "a" * 299 + "b", "a=b", "a/b",
-              "x" * 100]
+    values = [None, "__NULL__", "(null)", "%28null%29", "a" * 300, "a" * 299 + "b", "a=b",
+              "a/b", "x" * 100]
     paths = [partition_path(names, [v]) for v in values]
     assert len(set(paths)) == len(paths)
-    assert paths[0] == "p=__NULL__"
+    assert paths[:2] == ["p=(null)", "p=__NULL__"]  # the string keeps its (old) directory
     assert all(len(p.encode()) <= MAX_PARTITION_SEGMENT for p in paths)
     assert paths[-1] == "p=" + "x" * 100  # short values keep their (old) directory
 

@@ -30,7 +30,10 @@ from arrowlake.schema import field_id
 # truncated, which needs care for the max bound.
 MAX_STAT_STRING = 256
 
-NULL_PARTITION = "__NULL__"
+#: A null partition value in a directory name: ``quote`` never writes parentheses, so no value
+#: is named like it. (Until the defects issue's item 6 nulls were ``__NULL__``, the name of the
+#: string "__NULL__" too; existing partitions keep their paths.)
+NULL_PARTITION = "(null)"
 
 #: The key of the statistics format version in a file's statistics (absent: version 1).
 STATS_VERSION_KEY = "v"
@@ -211,17 +214,13 @@ def stats_table(
 MAX_PARTITION_SEGMENT = 255
 # Characters of a long value kept in front of its hash, to keep directories recognizable.
 _HASHED_PREFIX_BYTES = 48
-# The string "__NULL__" as a directory value: quote() never writes "%5F", so no other value
-# (and not the null partition, NULL_PARTITION) is named like it.
-_NULL_STRING = "%5F%5FNULL%5F%5F"
 
 
 def partition_path(names: Sequence[str], values: Sequence[Any]) -> str:
     """Hive-style directory for partition values: ``day=2026-11-01/region=eu``.
 
     Distinct values get distinct directories (the metastore knows a partition by its path): a
-    null is ``__NULL__``, the string ``"__NULL__"`` is ``%5F%5FNULL%5F%5F``, and a value whose
-    directory name would exceed :data:`MAX_PARTITION_SEGMENT` bytes is named
+    null is :data:`NULL_PARTITION`, and a value whose directory name would exceed :data:`MAX_PARTITION_SEGMENT` bytes is named
     ``<its first characters>=<160 bits of its SHA-256, in hex>`` (the value is kept whole in
     the metastore). A raw ``=`` after the first is never written by ``quote``, so hashed names
     meet no plain value.
@@ -234,9 +233,7 @@ def partition_path(names: Sequence[str], values: Sequence[Any]) -> str:
         else:
             raw = str(value)
             text = quote(raw, safe="")
-            if text == NULL_PARTITION:
-                text = _NULL_STRING
-            elif len(key) + 1 + len(text) > MAX_PARTITION_SEGMENT:
+            if len(key) + 1 + len(text) > MAX_PARTITION_SEGMENT:
                 text = _hashed_segment(raw)
         parts.append(f"{key}={text}")
     return "/".join(parts)
