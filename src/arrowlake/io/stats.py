@@ -220,10 +220,10 @@ def partition_path(names: Sequence[str], values: Sequence[Any]) -> str:
     """Hive-style directory for partition values: ``day=2026-11-01/region=eu``.
 
     Distinct values get distinct directories (the metastore knows a partition by its path): a
-    null is :data:`NULL_PARTITION`, and a value whose directory name would exceed :data:`MAX_PARTITION_SEGMENT` bytes is named
-    ``<its first characters>=<160 bits of its SHA-256, in hex>`` (the value is kept whole in
-    the metastore). A raw ``=`` after the first is never written by ``quote``, so hashed names
-    meet no plain value.
+    null is :data:`NULL_PARTITION`, and a value whose directory name would exceed
+    :data:`MAX_PARTITION_SEGMENT` bytes is named ``<its first characters>=<160 bits of its
+    SHA-256, in hex>`` (the value is kept whole in the metastore). ``quote`` never writes
+    parentheses, nor a raw ``=`` after the first, so these names meet no plain value.
     """
     parts = []
     for name, value in zip(names, values, strict=True):
