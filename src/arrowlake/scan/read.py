@@ -23,7 +23,16 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
 from arrowlake.errors import DataFileError, StorageError, ValidationError
-from arrowlake.expressions import AlwaysTrue, referenced_columns, rename_columns, to_arrow
+from arrowlake.expressions import (
+    AlwaysTrue,
+    Expr,
+    and_all,
+    conjuncts,
+    referenced_columns,
+    rename_columns,
+    to_arrow,
+)
+from arrowlake.expressions.binding import value_type
 from arrowlake.io.storage import Storage, data_file_damage
 from arrowlake.scan.split import FileTask, Split
 from arrowlake.schema import field_id
@@ -293,18 +302,46 @@ def _plan_read(split: Split, schema_id: int, files: list[FileTask],
     pushed: pc.Expression | None = None
     residual: pc.Expression | None = None
     if not isinstance(split.filter, AlwaysTrue):
-        refs = referenced_columns(split.filter)
-        if all(physical.get(c) is not None for c in refs):
+        to_push, kept = _pushable(split.filter, split.schema, file_schema, physical)
+        refs = referenced_columns(to_push)
+        if not isinstance(to_push, AlwaysTrue) and all(physical.get(c) is not None
+                                                       for c in refs):
             mapping = {c: str(physical[c]) for c in refs if physical[c] != c}
             try:
-                expr = rename_columns(split.filter, mapping) if mapping else split.filter
+                expr = rename_columns(to_push, mapping) if mapping else to_push
                 pushed = to_arrow(expr, file_schema)
             except ValidationError:
                 pushed = None
         if pushed is None:
-            residual = to_arrow(split.filter, split.schema)
+            kept = split.filter
+        if not isinstance(kept, AlwaysTrue):
+            residual = to_arrow(kept, split.schema)
     read_columns = [c for c in physical.values() if c is not None]
     return _GroupRead(split.storage, files, file_schema, read_columns, columns, pushed, residual)
+
+
+def _pushable(expr: Expr, schema: pa.Schema, file_schema: pa.Schema,
+              physical: dict[str, str | None]) -> tuple[Expr, Expr]:
+    """``(conjuncts pyarrow may prune row groups with, the rest)`` of a filter.
+
+    Conjuncts on float columns are kept from pyarrow: Parquet row-group statistics leave NaN
+    out and bound an all-zero group by ``[-0.0, 0.0]``, and pyarrow's pruning with them
+    drops rows (``x != 1`` loses NaN rows, ``x IN (0.0)`` a group of zeros) and its
+    ``count_rows`` counts rows that do not match (NaN under ``x <= 1``). They are applied to
+    the rows read instead, with Arrow's own kernels.
+    """
+    def floating(name: str) -> bool:
+        old = physical.get(name)
+        types = [schema.field(name).type] if name in schema.names else []
+        if old is not None and old in file_schema.names:
+            types.append(file_schema.field(old).type)
+        return any(pa.types.is_floating(value_type(t)) for t in types)
+
+    push: list[Expr] = []
+    keep: list[Expr] = []
+    for c in conjuncts(expr):
+        (keep if any(floating(n) for n in referenced_columns(c)) else push).append(c)
+    return and_all(push), and_all(keep)
 
 
 def _needed_columns(split: Split) -> tuple[list[str], bool]:
