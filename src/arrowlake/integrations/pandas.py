@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from arrowlake.errors import SchemaMismatch, ValidationError
 from arrowlake.pandas_arrow import pandas_to_arrow
@@ -68,9 +69,105 @@ def infer_schema(df: pd.DataFrame, schema: Any = None) -> pa.Schema:
     return normalize_schema(pa.schema(fields))
 
 
-def rename_for_schema(df: pd.DataFrame, schema: pa.Schema) -> pd.DataFrame:
-    """``df`` with its columns renamed positionally to ``schema``'s names where they differ."""
-    if list(map(str, df.columns)) == schema.names[: len(df.columns)]:
+def _first_changed(natural: pa.Array, typ: pa.DataType) -> Any:
+    """A value of ``natural`` that does not survive a conversion to ``typ`` and back (None if
+    every value does, or the conversion is not possible at all)."""
+    try:
+        back = natural.cast(typ, safe=False).cast(natural.type, safe=False)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        return None
+    changed = pc.fill_null(pc.not_equal(back, natural), False)
+    if pa.types.is_floating(natural.type):
+        changed = pc.and_(changed, pc.invert(pc.and_(pc.is_nan(back), pc.is_nan(natural))))
+    where = pc.index(changed, True).as_py()
+    return None if where < 0 else natural[where].as_py()
+
+
+def _why(value: Any, typ: pa.DataType) -> str:
+    if pa.types.is_integer(typ) and isinstance(value, float) and not value.is_integer():
+        return "is not a whole number"
+    if pa.types.is_integer(typ) or pa.types.is_floating(typ) or pa.types.is_decimal(typ):
+        return f"is out of the range of {typ}"
+    if pa.types.is_timestamp(typ) or pa.types.is_time(typ) or pa.types.is_duration(typ):
+        return f"needs a finer unit than {typ}"
+    return f"cannot be represented in {typ}"
+
+
+def _natural(series: Any) -> pa.Array:
+    arr = pa.Array.from_pandas(series)
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    return arr.dictionary_decode() if pa.types.is_dictionary(arr.type) else arr
+
+
+def _does_not_fit(name: str, typ: pa.DataType, value: Any, reason: str) -> SchemaMismatch:
+    shown = "" if value is None else f" value {value!r}"
+    return SchemaMismatch(
+        f"Column '{name}' of the DataFrame does not fit the requested type {typ}:{shown} "
+        f"{reason}. Request a type that holds every value, or fix the data")
+
+
+def convert_column(name: str, series: Any, typ: pa.DataType) -> pa.Array:
+    """``series`` as an Arrow array of the user-requested ``typ``, converted as
+    ``pa.Array.from_pandas(series, type=typ)`` does (NaN and None become nulls) but never
+    silently wrong: a value that would be truncated, wrap around, overflow to infinity or lose
+    decimal digits raises :class:`SchemaMismatch` naming the column, the type and the value.
+    """
+    try:
+        arr = pa.Array.from_pandas(series, type=typ)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as direct:
+        # Some conversions pandas -> Arrow has no direct path for (float -> decimal,
+        # categorical -> another type): convert as inferred, then cast checking each value.
+        natural = _natural(series)
+        try:
+            arr = natural.cast(typ, safe=True)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+            value = _first_changed(natural, typ)
+            reason = _why(value, typ) if value is not None else str(direct).split("\n", 1)[0]
+            raise _does_not_fit(name, typ, value, reason) from None
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    if pa.types.is_floating(typ) or pa.types.is_decimal(typ):
+        # Arrow's safe casts let finite floats become infinite (float32) and floats lose
+        # digits (decimal): both are checked here.
+        natural = _natural(series)
+        if pa.types.is_floating(natural.type):
+            if pa.types.is_floating(typ):
+                lost = pc.and_(pc.is_inf(arr), pc.invert(pc.is_inf(natural)))
+                reason = f"is out of the range of {typ}"
+            else:
+                lost = pc.not_equal(arr.cast(natural.type), natural)
+                reason = "would lose digits"
+            where = pc.index(pc.fill_null(lost, False), True).as_py()
+            if where >= 0:
+                raise _does_not_fit(name, typ, natural[where].as_py(), reason)
+    return arr
+
+
+def convert_frame(df: pd.DataFrame, schema: pa.Schema) -> pa.Table:
+    """``df`` as an Arrow table with the types of the user-given ``schema`` (columns matched by
+    name; columns the schema lacks are converted as inferred, and rejected when written)."""
+    arrays, fields = [], []
+    for column in df.columns:
+        name = str(column)
+        i = schema.get_field_index(name)
+        if i < 0:
+            arrays.append(_natural(df[column]))
+            fields.append(pa.field(name, arrays[-1].type))
+            continue
+        field = schema.field(i)
+        arrays.append(convert_column(name, df[column], field.type))
+        fields.append(field)
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def rename_for_schema(df: pd.DataFrame, schema: pa.Schema, *,
+                      by_name: bool = False) -> pd.DataFrame:
+    """``df`` with its columns renamed positionally to ``schema``'s names where they differ;
+    with ``by_name`` (a full schema the user gave), columns that all carry names of the schema
+    keep them, in any order."""
+    names = list(map(str, df.columns))
+    if names == schema.names[: len(df.columns)] or (by_name and set(names) <= set(schema.names)):
         return df
     if len(df.columns) != len(schema):
         return df
@@ -87,20 +184,31 @@ def from_pandas(lake: Any, name: str, df: pd.DataFrame, *, schema: Any = None,
     if splits_num < 1:
         raise ValidationError(f"splits_num must be at least 1, got {splits_num}")
     table_schema = infer_schema(df, schema)
-    df = rename_for_schema(df, table_schema)
+    df = rename_for_schema(df, table_schema, by_name=isinstance(schema, pa.Schema))
+    given_types = isinstance(schema, pa.Schema) or (
+        isinstance(schema, Sequence) and any(isinstance(s, pa.DataType) for s in schema))
+    # Types the user gave are an explicit request: the data is converted to them before the
+    # table exists, so a value that does not fit leaves nothing behind.
+    converted = convert_frame(df, table_schema) if given_types and len(df) else None
     table = lake.create_table(name, table_schema, **create_table_options)
     try:
         if len(df) and table.primary_key:
             # Rows of a key table are laid out by bucket, one sorted run each.
-            table.upsert(df)
+            table.upsert(df if converted is None else converted)
         elif len(df):
             # One file per split: the target size is set so that no split is cut again.
-            data = pandas_to_arrow(df)
+            data = pandas_to_arrow(df) if converted is None else converted
             n = len(df)
             step = -(-n // splits_num)
             parts = [data.slice(i, step) for i in range(0, n, step)]
             append_parts(table, parts)
-    except BaseException:
-        lake.drop_table(name, purge=True)
+    except BaseException as failure:
+        try:
+            lake.drop_table(name, purge=True)
+        except Exception as cleanup:  # the write's error stays the one raised
+            failure.add_note(
+                f"Removing the table '{name}' this call had created also failed "
+                f"({type(cleanup).__name__}: {cleanup}); once storage and metastore are "
+                f"reachable, lake.drop_table({name!r}, purge=True) removes what is left.")
         raise
     return table

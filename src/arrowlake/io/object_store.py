@@ -260,6 +260,14 @@ class ObjectStorage(Storage):
         except Exception as exc:
             raise self._error("read", path, exc) from exc
 
+    def file_size(self, path: str) -> int | None:
+        try:
+            return int(_obstore().head(self.store, self.key(path))["size"])
+        except FileNotFoundError:
+            return None
+        except Exception as exc:
+            raise self._error("inspect", path, exc) from exc
+
     def size(self, path: str) -> int:
         try:
             return int(_obstore().head(self.store, self.key(path))["size"])

@@ -30,7 +30,7 @@ from arrowlake.io.stats import (
     merge_stats,
     partition_path,
 )
-from arrowlake.io.storage import Storage
+from arrowlake.io.storage import Storage, discard_after_failure
 from arrowlake.metastore.store import NewFile
 
 _EXECUTOR_LOCK = threading.Lock()
@@ -217,7 +217,8 @@ class DataFileWriter:
         extra = self.file_hook(pa.concat_tables(self._hook_chunks)) if self.file_hook else {}
         self.files.append(NewFile(
             path=self._path, schema_id=self.target.schema_id, row_count=self._rows,
-            file_size=size, stats=json.dumps(merge_stats(self._chunks), separators=(",", ":")),
+            file_size=size, stats=json.dumps(merge_stats(self._chunks, self.target.schema),
+                             separators=(",", ":")),
             partition_path=self.partition_path, partition_values=self.partition_values,
             bucket=self.bucket, **extra,
         ))
@@ -239,7 +240,7 @@ class DataFileWriter:
                 self._writer.close()
             if self._sink is not None:
                 self._sink.close()
-        self.target.storage.delete(self.written)
+        discard_after_failure(self.target.storage, self.written)
 
 
 # Dictionary encoding pays when values repeat; on mostly-distinct columns the writer builds a
@@ -342,10 +343,11 @@ class FileSetWriter:
         self.target = target
         self.partition_by = list(partition_by)
         self.directory = directory
-        self._writers: dict[tuple[Any, ...], DataFileWriter] = {}
+        self._writers: dict[str, DataFileWriter] = {}
 
     def _writer_for(self, values: tuple[pa.Scalar, ...]) -> DataFileWriter:
-        key = tuple(encode_partition_value(v) for v in values)
+        # Keyed by the stored JSON form, which is also what the metastore records.
+        key = json.dumps([encode_partition_value(v) for v in values])
         writer = self._writers.get(key)
         if writer is None:
             shown = [v.as_py() if v.is_valid else None for v in values]
@@ -353,7 +355,7 @@ class FileSetWriter:
             directory = f"{self.directory}/{ppath}" if ppath else self.directory
             writer = DataFileWriter(
                 self.target, directory, partition_path=ppath,
-                partition_values=json.dumps(list(key)) if self.partition_by else None)
+                partition_values=key if self.partition_by else None)
             self._writers[key] = writer
         return writer
 

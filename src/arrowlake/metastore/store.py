@@ -7,8 +7,13 @@ checks for conflicts and records a snapshot and its files; see :meth:`Metastore.
 from __future__ import annotations
 
 import json
+import os
 import random
+import re
+import sqlite3
 import time
+import urllib.parse
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -22,18 +27,50 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from arrowlake import schema as schemas_mod
 from arrowlake.errors import (
     CommitConflict,
+    InvalidName,
     MetastoreError,
     NamespaceNotFound,
+    ReadOnlyLake,
     SnapshotNotFound,
     TableAlreadyExists,
     TableNotFound,
     TagNotFound,
+    ValidationError,
 )
 from arrowlake.metastore import tables as t
 
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+#: Longest namespace, table or tag name and commit id the metastore columns hold.
+MAX_NAME_LENGTH = 255
+_CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def check_name(kind: str, name: object) -> str:
+    """``name`` if it fits a name column on every metastore, else :class:`InvalidName`."""
+    if (not isinstance(name, str) or not name or len(name) > MAX_NAME_LENGTH
+            or _CONTROL_CHARACTERS.search(name)):
+        shown = name if not isinstance(name, str) or len(name) <= 80 else name[:80] + "..."
+        raise InvalidName(
+            f"Invalid {kind} name {shown!r}: use 1 to {MAX_NAME_LENGTH} characters, none of them "
+            "a control character (NUL, newline, tab)")
+    return name
+
+
+def check_commit_id(commit_id: object) -> None:
+    """Refuse a commit id no metastore can store (PostgreSQL text cannot hold NUL)."""
+    if commit_id is None:
+        return
+    if (not isinstance(commit_id, str) or not commit_id or len(commit_id) > MAX_NAME_LENGTH
+            or "\x00" in commit_id):
+        shown = commit_id if not isinstance(commit_id, str) or len(commit_id) <= 80 \
+            else commit_id[:80] + "..."
+        raise ValidationError(
+            f"Invalid commit_id {shown!r}: use a string of 1 to {MAX_NAME_LENGTH} characters "
+            "without NUL; nothing was written")
 
 
 @dataclass(frozen=True)
@@ -120,11 +157,58 @@ def _rows_to_table(rows: Sequence[Sequence[Any]], schema: pa.Schema) -> pa.Table
                     schema=schema)
 
 
-def _make_engine(url: str) -> Engine:
+def sqlite_read_only_uri(url: str) -> str | None:
+    """A read-only SQLite URI for the database file of ``url`` if this process cannot write it.
+
+    Checked up front: SQLite would otherwise fail only at the first write (after the commit
+    retries), and cannot even read a WAL database whose folder it may not create ``-shm`` in.
+    """
+    parsed = sa.engine.make_url(url)
+    path = parsed.database
+    if parsed.get_backend_name() != "sqlite" or not path or path == ":memory:" \
+            or path.startswith("file:"):
+        return None
+    folder = os.path.dirname(os.path.abspath(path)) or "."
+    folder_writable = os.access(folder, os.W_OK)
+    if not os.path.exists(path):
+        if os.path.isdir(folder) and not folder_writable:
+            raise ReadOnlyLake(
+                f"There is no lake database at {path}, and its folder is read-only here, so "
+                "none can be created")
+        return None
+    if folder_writable and os.access(path, os.W_OK):
+        return None
+    # mode=ro still follows the WAL of a writer that may exist (who has the -wal and -shm
+    # files). Without a WAL file and a folder no one here may create one in, the database
+    # holds every commit; immutable=1 reads it without the shared-memory file.
+    if folder_writable or os.path.exists(path + "-wal"):
+        mode = "mode=ro"
+    else:
+        mode = "immutable=1"
+    return f"file:{urllib.parse.quote(os.path.abspath(path))}?{mode}"
+
+
+def _display_location(url: str) -> str:
+    """Where the metastore is, for messages: the database file, or the URL without password."""
+    parsed = sa.engine.make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        path = parsed.database or ":memory:"
+        return path[len("file:"):] if path.startswith("file:") else path
+    return parsed.render_as_string(hide_password=True)
+
+
+def _make_engine(url: str, read_only: bool, read_only_uri: str | None = None) -> Engine:
     if url.startswith("postgresql://") or url.startswith("postgres://"):
         url = "postgresql+psycopg://" + url.split("://", 1)[1]
     if url.startswith("sqlite"):
-        engine = sa.create_engine(url, connect_args={"timeout": 120})
+        if read_only_uri is not None:
+            # Opened by hand: a URL would not carry a quoted path through to SQLite intact.
+            engine = sa.create_engine(
+                "sqlite://", poolclass=sa.pool.QueuePool,
+                creator=lambda: sqlite3.connect(read_only_uri, uri=True, timeout=120,
+                                                check_same_thread=False))
+        else:
+            engine = sa.create_engine(url, connect_args={"timeout": 120})
 
         @sa.event.listens_for(engine, "connect")
         def _on_connect(dbapi_conn: Any, _record: Any) -> None:
@@ -133,8 +217,9 @@ def _make_engine(url: str) -> Engine:
             # deadlock upgrading shared locks.
             dbapi_conn.isolation_level = None
             cur = dbapi_conn.cursor()
-            cur.execute("PRAGMA journal_mode=WAL")
-            cur.execute("PRAGMA synchronous=FULL")
+            if not read_only:
+                cur.execute("PRAGMA journal_mode=WAL")
+                cur.execute("PRAGMA synchronous=FULL")
             cur.execute("PRAGMA foreign_keys=ON")
             cur.close()
 
@@ -147,12 +232,35 @@ def _make_engine(url: str) -> Engine:
     return sa.create_engine(url, pool_pre_ping=True)
 
 
+def _is_read_only_error(exc: DBAPIError) -> bool:
+    """Whether the database refused a write because it is read-only (not a transient error)."""
+    orig = exc.orig
+    name = getattr(orig, "sqlite_errorname", None)
+    if isinstance(name, str):
+        return name.startswith("SQLITE_READONLY")
+    if "attempt to write a readonly database" in str(orig):
+        return True
+    # PostgreSQL: read_only_sql_transaction (a standby, default_transaction_read_only) and
+    # insufficient_privilege (a role that may only SELECT).
+    return getattr(orig, "sqlstate", None) in ("25006", "42501")
+
+
 class Metastore:
-    """Namespaces, tables, snapshots and files in a SQL database."""
+    """Namespaces, tables, snapshots and files in a SQL database.
+
+    An SQLite database file this process may not write is opened read-only: reads work, every
+    write raises :class:`ReadOnlyLake` at once.
+    """
 
     def __init__(self, url: str, *, commit_retries: int = 100) -> None:
         self.url = url
-        self.engine = _make_engine(url)
+        sqlite = url.startswith("sqlite")
+        read_only_uri = sqlite_read_only_uri(url) if sqlite else None
+        self.read_only = read_only_uri is not None or (
+            sqlite and ("mode=ro" in url or "immutable=1" in url))
+        self.engine = _make_engine(url, self.read_only, read_only_uri)
+        #: Where the metastore is, for messages: the database file, or the URL without password.
+        self.location = _display_location(url)
         self.commit_retries = commit_retries
         self._schema_cache: dict[tuple[int, int], pa.Schema] = {}
         self._init_database()
@@ -171,12 +279,59 @@ class Metastore:
         with self.engine.connect() as conn:
             yield conn
 
+    def _read_only_error(self) -> ReadOnlyLake:
+        return ReadOnlyLake(
+            f"The lake's metastore {self.location} is read-only here: reads work, but writes "
+            "(commits, schema changes, tags, creating or dropping tables) need write access to "
+            "the database (and, for SQLite, to its folder)")
+
     @contextmanager
     def _write(self) -> Iterator[Connection]:
-        with self.engine.connect().execution_options(arrowlake_write=True) as conn, conn.begin():
-            yield conn
+        if self.read_only:
+            raise self._read_only_error()
+        try:
+            with self.engine.connect().execution_options(arrowlake_write=True) as conn, \
+                    conn.begin():
+                yield conn
+        except DBAPIError as exc:
+            if _is_read_only_error(exc):
+                raise self._read_only_error() from exc
+            raise
+
+    def _stored_version(self) -> int | None:
+        try:
+            with self._read() as conn:
+                row = conn.execute(
+                    sa.select(t.meta_info.c.value).where(t.meta_info.c.key == "version")
+                ).first()
+        except OperationalError:  # no al_meta table: not a lake's metastore (yet)
+            return None
+        return None if row is None else int(row[0])
 
     def _init_database(self) -> None:
+        if self.read_only:
+            version = self._stored_version()
+            if version is None:
+                raise ReadOnlyLake(
+                    f"{self.location} holds no arrowlake metastore, and it is read-only here, so "
+                    "none can be created")
+            if version < t.SCHEMA_VERSION:
+                raise ReadOnlyLake(
+                    f"The metastore {self.location} has schema version {version} and "
+                    f"must be upgraded to {t.SCHEMA_VERSION} before this arrowlake can read "
+                    "it, which needs write access: open it once where it is writable")
+        else:
+            version = self._create_tables()
+            if version < t.SCHEMA_VERSION:
+                self._migrate()
+        if version > t.SCHEMA_VERSION:
+            raise MetastoreError(
+                f"The metastore at {self.engine.url!r} has schema version {version}, newer than "
+                f"this arrowlake understands ({t.SCHEMA_VERSION}): upgrade arrowlake"
+            )
+
+    def _create_tables(self) -> int:
+        """Create missing tables; the stored schema version (the current one when new)."""
         for attempt in range(20):
             try:
                 with self._write() as conn:
@@ -187,24 +342,111 @@ class Metastore:
                     if row is None:
                         conn.execute(t.meta_info.insert().values(key="version",
                                                                  value=str(t.SCHEMA_VERSION)))
-                        return
-                    version = int(row[0])
-                break
+                        return t.SCHEMA_VERSION
+                    return int(row[0])
             except (IntegrityError, OperationalError, DBAPIError):
                 # Another process is creating the same tables right now.
                 if attempt == 19:
                     raise
                 time.sleep(0.05 * (attempt + 1))
-        if version > t.SCHEMA_VERSION:
-            raise MetastoreError(
-                f"The metastore at {self.engine.url!r} has schema version {version}, newer than "
-                f"this arrowlake understands ({t.SCHEMA_VERSION}): upgrade arrowlake"
-            )
+        raise AssertionError("unreachable")
+
+    # -- migrations ----------------------------------------------------------------------------
+
+    @contextmanager
+    def _migration(self) -> Iterator[Connection]:
+        """One write transaction for a migration; on SQLite with foreign keys off.
+
+        Rebuilding a parent table on SQLite drops it, and with foreign keys on that drop would
+        cascade into every row referencing it. The pragma is ignored inside a transaction, so it
+        is set on the driver connection before the transaction and restored after it;
+        ``foreign_key_check`` proves the rebuilt tables consistent before the commit.
+        """
+        try:
+            with self._migration_transaction() as conn:
+                yield conn
+        except DBAPIError as exc:
+            if _is_read_only_error(exc):
+                raise self._read_only_error() from exc
+            raise
+
+    @contextmanager
+    def _migration_transaction(self) -> Iterator[Connection]:
+        with self.engine.connect().execution_options(arrowlake_write=True) as conn:
+            raw = conn.connection.driver_connection if self.dialect == "sqlite" else None
+            if raw is not None:
+                raw.execute("PRAGMA foreign_keys=OFF")
+            try:
+                with conn.begin():
+                    yield conn
+                    if raw is not None:
+                        bad = conn.exec_driver_sql("PRAGMA foreign_key_check").all()
+                        if bad:
+                            raise MetastoreError(
+                                f"Upgrading the metastore found rows without their table: "
+                                f"{bad[:5]}; nothing was changed")
+            finally:
+                if raw is not None:
+                    raw.execute("PRAGMA foreign_keys=ON")
+
+    def _migrate(self) -> None:
+        """Bring an older database to :data:`tables.SCHEMA_VERSION`, in one transaction."""
+        with self._migration() as conn:
+            version = int(conn.execute(
+                sa.select(t.meta_info.c.value).where(t.meta_info.c.key == "version")
+                .with_for_update()).scalar_one())
+            if version >= t.SCHEMA_VERSION:
+                return  # another process upgraded it meanwhile
+            if version == 1:
+                self._migrate_1_to_2(conn)
+            conn.execute(t.meta_info.update().where(t.meta_info.c.key == "version")
+                         .values(value=str(t.SCHEMA_VERSION)))
+
+    def _migrate_1_to_2(self, conn: Connection) -> None:
+        if self.dialect == "sqlite":
+            # AUTOINCREMENT can only be declared by CREATE TABLE: rebuild the three tables under
+            # their DDL of now, keeping every id. Copying the rows sets sqlite_sequence to the
+            # highest id present; ids freed before the upgrade cannot be known (a commit still
+            # refuses to remove a file added after the snapshot its plan read).
+            for table in t.AUTOINCREMENT_TABLES:
+                ddl = str(sa.schema.CreateTable(table).compile(dialect=conn.dialect))
+                staged = f"{table.name}_v2"
+                header = f"CREATE TABLE {table.name} ("
+                if not ddl.lstrip().startswith(header):
+                    raise MetastoreError(f"Unexpected DDL for {table.name}: {ddl[:80]!r}")
+                conn.exec_driver_sql(ddl.replace(header, f"CREATE TABLE {staged} (", 1))
+                columns = ", ".join(c.name for c in table.columns)
+                conn.exec_driver_sql(
+                    f"INSERT INTO {staged} ({columns}) SELECT {columns} FROM {table.name}")
+                conn.exec_driver_sql(f"DROP TABLE {table.name}")
+                conn.exec_driver_sql(f"ALTER TABLE {staged} RENAME TO {table.name}")
+                for index in table.indexes:
+                    conn.execute(sa.schema.CreateIndex(index))
+        s = t.snapshots
+        for column in (s.c.write_token, s.c.superseded_at):
+            kind = column.type.compile(dialect=conn.dialect)
+            conn.exec_driver_sql(f"ALTER TABLE {s.name} ADD COLUMN {column.name} {kind}")
+        for index in s.indexes:
+            if index.name == "al_snapshots_token":
+                conn.execute(sa.schema.CreateIndex(index))
+        # A snapshot stopped being current when its child was committed. If the child has
+        # expired, that time is lost: the snapshot's own time is recorded, so time travel to
+        # a moment in the lost interval reports the snapshot as expired rather than guessing.
+        child = s.alias("child")
+        child_time = sa.select(sa.func.min(child.c.committed_at)).where(
+            (child.c.table_id == s.c.table_id) & (child.c.parent_id == s.c.snapshot_id)
+        ).scalar_subquery()
+        current = sa.select(t.tables.c.current_snapshot_id).where(
+            t.tables.c.table_id == s.c.table_id).scalar_subquery()
+        conn.execute(s.update().where(
+            sa.func.coalesce(current, -1) != s.c.snapshot_id
+        ).values(superseded_at=sa.func.coalesce(child_time, s.c.committed_at)))
 
     # -- namespaces ----------------------------------------------------------------------------
 
     def create_namespace(self, name: str, *, exist_ok: bool = True,
                          properties: dict[str, str] | None = None) -> None:
+        check_name("namespace", name)
         try:
             with self._write() as conn:
                 exists = conn.execute(
@@ -254,6 +496,7 @@ class Metastore:
         buckets: int | None = None,
         properties: dict[str, str] | None = None,
     ) -> TableRecord:
+        check_name("table", name)
         self.create_namespace(namespace)
         created = now_ms()
         try:
@@ -289,6 +532,8 @@ class Metastore:
         )
 
     def load_table(self, namespace: str, name: str) -> TableRecord:
+        check_name("namespace", namespace)
+        check_name("table", name)
         with self._read() as conn:
             row = conn.execute(sa.select(t.tables).where(
                 (t.tables.c.namespace == namespace) & (t.tables.c.name == name))).first()
@@ -300,7 +545,7 @@ class Metastore:
         with self._read() as conn:
             row = conn.execute(sa.select(t.tables).where(t.tables.c.table_id == table_id)).first()
         if row is None:
-            raise TableNotFound(f"Table with id {table_id} does not exist (dropped?)")
+            raise self._dropped(table_id)
         return self._record(row)
 
     def list_tables(self, namespace: str | None = None) -> list[tuple[str, str]]:
@@ -311,16 +556,52 @@ class Metastore:
         with self._read() as conn:
             return [(r[0], r[1]) for r in conn.execute(query)]
 
+    def table_locations(self) -> list[tuple[int, str, str]]:
+        """``(table_id, "ns.table", location)`` of every table, in one query."""
+        query = sa.select(t.tables.c.table_id, t.tables.c.namespace, t.tables.c.name,
+                          t.tables.c.location)
+        with self._read() as conn:
+            return [(r[0], f"{r[1]}.{r[2]}", r[3]) for r in conn.execute(query)]
+
+    def database_file(self) -> str | None:
+        """The SQLite database file of this metastore (None for a server database)."""
+        if self.engine.dialect.name != "sqlite":
+            return None
+        path = self.engine.url.database
+        if not path or path == ":memory:" or path.startswith("file:"):
+            return None
+        return str(path)
+
+    @staticmethod
+    def _dropped(table_id: int) -> TableNotFound:
+        return TableNotFound(
+            f"Table with id {table_id} does not exist: it was dropped (a table created since "
+            "under the same name is another table); get a new handle with lake.table(name)")
+
+    def _lock_table(self, conn: Connection, table_id: int) -> Any:
+        """The table's row, locked for this write transaction; TableNotFound once dropped."""
+        row = conn.execute(sa.select(t.tables).where(t.tables.c.table_id == table_id)
+                           .with_for_update()).first()
+        if row is None:
+            raise self._dropped(table_id)
+        return row
+
     def drop_table(self, table_id: int) -> None:
         with self._write() as conn:
+            self._lock_table(conn, table_id)
             for tbl in (t.files, t.partitions, t.tags, t.snapshots, t.schemas):
                 conn.execute(tbl.delete().where(tbl.c.table_id == table_id))
             conn.execute(t.tables.delete().where(t.tables.c.table_id == table_id))
+        # Ids are never reused, so no other table can hit these entries; free them anyway.
+        for key in [k for k in self._schema_cache if k[0] == table_id]:
+            self._schema_cache.pop(key, None)
 
     def rename_table(self, table_id: int, namespace: str, name: str) -> None:
+        check_name("table", name)
         self.create_namespace(namespace)
         try:
             with self._write() as conn:
+                self._lock_table(conn, table_id)
                 conn.execute(t.tables.update().where(t.tables.c.table_id == table_id)
                              .values(namespace=namespace, name=name))
         except IntegrityError:
@@ -328,6 +609,7 @@ class Metastore:
 
     def set_properties(self, table_id: int, properties: dict[str, str]) -> None:
         with self._write() as conn:
+            self._lock_table(conn, table_id)
             conn.execute(t.tables.update().where(t.tables.c.table_id == table_id)
                          .values(properties=json.dumps(properties)))
 
@@ -346,16 +628,21 @@ class Metastore:
         return cached
 
     def add_schema(self, table_id: int, schema: pa.Schema, *, expected_schema_id: int,
-                   last_field_id: int) -> int:
-        """Make ``schema`` the table's current schema, if it is still at ``expected_schema_id``."""
+                   last_field_id: int, properties: dict[str, str] | None = None) -> int:
+        """Make ``schema`` the table's current schema, if it is still at ``expected_schema_id``
+        (and, in the same transaction, ``properties`` its properties when given)."""
+        values: dict[str, Any] = {"last_field_id": last_field_id}
+        if properties is not None:
+            values["properties"] = json.dumps(properties)
         with self._write() as conn:
+            self._lock_table(conn, table_id)
             new_id = conn.execute(sa.select(sa.func.max(t.schemas.c.schema_id)).where(
                 t.schemas.c.table_id == table_id)).scalar_one() + 1
             res = conn.execute(
                 t.tables.update()
                 .where((t.tables.c.table_id == table_id)
                        & (t.tables.c.current_schema_id == expected_schema_id))
-                .values(current_schema_id=new_id, last_field_id=last_field_id))
+                .values(current_schema_id=new_id, **values))
             if res.rowcount != 1:
                 raise CommitConflict(
                     "The table's schema was changed by another writer meanwhile; reload the "
@@ -398,42 +685,71 @@ class Metastore:
         return dict(row._mapping)
 
     def snapshot_as_of(self, table_id: int, at_ms: int) -> int:
+        """The snapshot that was the table's current one at ``at_ms``.
+
+        Commit times never decrease along the chain of snapshots (see ``_commit_once``), so it
+        is the newest snapshot committed at or before ``at_ms``. When that one has expired, the
+        newest retained one before it records (``superseded_at``) that it had been replaced by
+        then: :class:`SnapshotNotFound`, never an older snapshot.
+        """
+        s = t.snapshots.c
         with self._read() as conn:
-            snap = conn.execute(
-                sa.select(sa.func.max(t.snapshots.c.snapshot_id)).where(
-                    (t.snapshots.c.table_id == table_id) & (t.snapshots.c.committed_at <= at_ms))
-            ).scalar_one()
-        if snap is None:
+            row = conn.execute(
+                sa.select(s.snapshot_id, s.superseded_at).where(
+                    (s.table_id == table_id) & (s.committed_at <= at_ms))
+                .order_by(s.snapshot_id.desc()).limit(1)).first()
+        if row is None:
             raise SnapshotNotFound(
                 "The table has no snapshot committed at or before that time (it was empty, or "
-                "older snapshots were expired)")
-        return int(snap)
+                "the snapshots of that time were expired)")
+        if row[1] is not None and int(row[1]) <= at_ms:
+            raise SnapshotNotFound(
+                f"The snapshot that was current at that time has expired (snapshot {row[0]} is "
+                "the newest one retained from before it, and it had been replaced by then); tag "
+                "snapshots to keep them for time travel")
+        return int(row[0])
 
     def current_snapshot_id(self, table_id: int) -> int | None:
         with self._read() as conn:
             row = conn.execute(sa.select(t.tables.c.current_snapshot_id).where(
                 t.tables.c.table_id == table_id)).first()
         if row is None:
-            raise TableNotFound(f"Table with id {table_id} does not exist (dropped?)")
+            raise self._dropped(table_id)
         return None if row[0] is None else int(row[0])
 
     # -- tags ----------------------------------------------------------------------------------
 
     def create_tag(self, table_id: int, name: str, snapshot_id: int) -> None:
-        self.snapshot(table_id, snapshot_id)
+        check_name("tag", name)
         try:
             with self._write() as conn:
+                self._lock_table(conn, table_id)
+                exists = conn.execute(sa.select(t.snapshots.c.snapshot_id).where(
+                    (t.snapshots.c.table_id == table_id)
+                    & (t.snapshots.c.snapshot_id == snapshot_id))).first()
+                if exists is None:
+                    raise SnapshotNotFound(
+                        f"Snapshot {snapshot_id} does not exist (never committed, or expired)")
                 conn.execute(t.tags.insert().values(table_id=table_id, name=name,
                                                     snapshot_id=snapshot_id,
                                                     created_at=now_ms()))
         except IntegrityError:
             raise TableAlreadyExists(f"Tag '{name}' exists already") from None
 
+    def _check_table(self, table_id: int) -> None:
+        with self._read() as conn:
+            row = conn.execute(sa.select(t.tables.c.table_id).where(
+                t.tables.c.table_id == table_id)).first()
+        if row is None:
+            raise self._dropped(table_id)
+
     def tag(self, table_id: int, name: str) -> int:
+        check_name("tag", name)
         with self._read() as conn:
             row = conn.execute(sa.select(t.tags.c.snapshot_id).where(
                 (t.tags.c.table_id == table_id) & (t.tags.c.name == name))).first()
         if row is None:
+            self._check_table(table_id)
             raise TagNotFound(f"Tag '{name}' does not exist")
         return int(row[0])
 
@@ -444,7 +760,9 @@ class Metastore:
             return {r[0]: int(r[1]) for r in rows}
 
     def drop_tag(self, table_id: int, name: str) -> None:
+        check_name("tag", name)
         with self._write() as conn:
+            self._lock_table(conn, table_id)
             res = conn.execute(t.tags.delete().where(
                 (t.tags.c.table_id == table_id) & (t.tags.c.name == name)))
         if res.rowcount == 0:
@@ -514,31 +832,65 @@ class Metastore:
         current snapshot are written. A lost race (two writers taking the same snapshot id) is
         detected by the snapshots primary key and the compare-and-set on ``al_tables``, and
         retried with backoff.
+
+        Every call records a random write token with its snapshot. An OperationalError can come
+        after the database committed (the reply to COMMIT was lost), so a retry first looks for
+        its own token and, when that attempt landed, returns its snapshot instead of committing
+        the change a second time. A table dropped meanwhile raises :class:`TableNotFound`, a
+        read-only database :class:`ReadOnlyLake`; neither is retried.
         """
+        check_commit_id(change.commit_id)
+        token = uuid.uuid4().hex
         attempts = 0
         while True:
             attempts += 1
             try:
                 with self._write() as conn:
-                    result = self._commit_once(conn, table_id, base_snapshot_id, change)
+                    result = self._commit_once(conn, table_id, base_snapshot_id, change, token,
+                                               attempts > 1)
                 return CommitResult(result[0], attempts, result[1])
             except CommitConflict:
                 raise
-            except (IntegrityError, OperationalError, _LostRace) as exc:
+            except (DBAPIError, _LostRace) as exc:
+                retryable = isinstance(exc, (IntegrityError, OperationalError, _LostRace)) or (
+                    isinstance(exc, DBAPIError) and exc.connection_invalidated)
+                if not retryable:
+                    raise
                 if attempts >= self.commit_retries:
+                    landed = self._landed(table_id, token)
+                    if landed is not None:
+                        return CommitResult(landed, attempts)
                     raise CommitConflict(
                         f"Gave up committing to table {table_id} after {attempts} attempts: "
                         f"{exc}") from exc
                 time.sleep(min(0.5, 0.002 * 2 ** min(attempts, 8)) * random.random())
 
+    def _landed(self, table_id: int, token: str, conn: Connection | None = None) -> int | None:
+        """The snapshot an attempt with ``token`` committed, if one did."""
+        query = sa.select(t.snapshots.c.snapshot_id).where(
+            (t.snapshots.c.table_id == table_id) & (t.snapshots.c.write_token == token))
+        if conn is None:
+            with self._read() as own:
+                row = own.execute(query).first()
+        else:
+            row = conn.execute(query).first()
+        return None if row is None else int(row[0])
+
     def _commit_once(self, conn: Connection, table_id: int, base: int | None,
-                     change: SnapshotChange) -> tuple[int, bool]:
+                     change: SnapshotChange, token: str | None = None,
+                     retrying: bool = False) -> tuple[int, bool]:
         tbl = t.tables.c
+        # The row lock also waits out an earlier attempt of this commit that the database may
+        # still be finishing, so the token lookup below sees whether it landed.
         row = conn.execute(sa.select(tbl.current_snapshot_id, tbl.last_snapshot_id).where(
             tbl.table_id == table_id).with_for_update()).first()
         if row is None:
-            raise CommitConflict(f"Table {table_id} was dropped while the commit was prepared")
+            raise self._dropped(table_id)
         current, last = row[0], int(row[1])
+        if retrying and token is not None:
+            mine = self._landed(table_id, token, conn)
+            if mine is not None:
+                return mine, False
         if change.commit_id is not None:
             dup = conn.execute(sa.select(t.snapshots.c.snapshot_id).where(
                 (t.snapshots.c.table_id == table_id)
@@ -549,10 +901,13 @@ class Metastore:
             change.on_rebase(self.files_added_between(conn, table_id, base, current))
         new_id = last + 1
         if change.remove:
+            # Only files that were live in the base snapshot the change was planned on: a file
+            # committed after it is never one the plan read, whatever its id.
             res = conn.execute(
                 t.files.update()
                 .where((t.files.c.table_id == table_id)
                        & t.files.c.file_id.in_(list(change.remove))
+                       & (t.files.c.added_snapshot <= (-1 if base is None else base))
                        & t.files.c.removed_snapshot.is_(None))
                 .values(removed_snapshot=new_id))
             if res.rowcount != len(change.remove):
@@ -574,16 +929,25 @@ class Metastore:
                     seq_max=new_id if f.seq_max is None else f.seq_max)
                 for f in change.add])
         totals = (0, 0)
+        committed_at = now_ms()
         if current is not None:
-            prev = conn.execute(sa.select(t.snapshots.c.total_files, t.snapshots.c.total_rows)
-                                .where((t.snapshots.c.table_id == table_id)
-                                       & (t.snapshots.c.snapshot_id == current))).first()
+            s = t.snapshots.c
+            prev = conn.execute(sa.select(s.total_files, s.total_rows, s.committed_at)
+                                .where((s.table_id == table_id)
+                                       & (s.snapshot_id == current))).first()
             if prev is not None:
                 totals = (int(prev[0]), int(prev[1]))
+                # Commit times never go backwards along the chain, even when writers' clocks
+                # disagree: time travel relies on it.
+                committed_at = max(committed_at, int(prev[2]))
+            conn.execute(t.snapshots.update().where(
+                (s.table_id == table_id) & (s.snapshot_id == current)
+            ).values(superseded_at=committed_at))
         added_rows = sum(f.row_count for f in change.add)
         conn.execute(t.snapshots.insert().values(
             table_id=table_id, snapshot_id=new_id, parent_id=current, kind=change.kind,
-            committed_at=now_ms(), schema_id=change.schema_id, commit_id=change.commit_id,
+            committed_at=committed_at, schema_id=change.schema_id, commit_id=change.commit_id,
+            write_token=token,
             added_files=len(change.add), removed_files=len(change.remove),
             added_rows=added_rows, removed_rows=change.removed_rows,
             total_files=totals[0] + len(change.add) - len(change.remove),
@@ -625,6 +989,7 @@ class Metastore:
         ``[added_snapshot, removed_snapshot)``; live files are never touched.
         """
         if not expire:
+            self._check_table(table_id)
             return []
         s, c = t.snapshots.c, t.files.c
         read_by_retained = sa.exists().where(
@@ -632,6 +997,7 @@ class Metastore:
             & (s.snapshot_id < c.removed_snapshot))
         unread = (c.table_id == table_id) & c.removed_snapshot.is_not(None) & ~read_by_retained
         with self._write() as conn:
+            self._lock_table(conn, table_id)
             tagged = sa.select(t.tags.c.snapshot_id).where(t.tags.c.table_id == table_id)
             conn.execute(t.snapshots.delete().where(
                 (s.table_id == table_id) & s.snapshot_id.in_(list(expire))

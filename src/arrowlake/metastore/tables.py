@@ -22,8 +22,11 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 
-#: Bumped whenever the tables below change; ``migrate`` brings older databases forward.
-SCHEMA_VERSION = 1
+#: Bumped whenever the tables below change; ``Metastore`` brings older databases forward.
+#: Version 2: table, partition and file ids are never reused (SQLite AUTOINCREMENT; PostgreSQL
+#: sequences never reused them), and snapshots record their write token and when they stopped
+#: being current.
+SCHEMA_VERSION = 2
 
 metadata = MetaData()
 
@@ -60,6 +63,9 @@ tables = Table(
     Column("properties", Text, nullable=False, default="{}"),
     Column("created_at", BigInteger, nullable=False),
     UniqueConstraint("namespace", "name", name="al_tables_name"),
+    # A handle to a dropped table must never find a new table under its id, and a planned
+    # removal of file ids never an unrelated new file: ids are never handed out twice.
+    sqlite_autoincrement=True,
 )
 
 schemas = Table(
@@ -90,9 +96,16 @@ snapshots = Table(
     Column("total_files", BigInteger, nullable=False),
     Column("total_rows", BigInteger, nullable=False),
     Column("summary", Text, nullable=False, default="{}"),
+    # Random per write (not the user's commit_id): a retry after a lost reply to COMMIT finds
+    # the snapshot its own earlier attempt recorded.
+    Column("write_token", String(64), nullable=True),
+    # When the next snapshot replaced this one as current (epoch ms); null while current.
+    # Kept after the next snapshot expires, so time travel knows this one had been replaced.
+    Column("superseded_at", BigInteger, nullable=True),
     PrimaryKeyConstraint("table_id", "snapshot_id"),
     ForeignKeyConstraint(["table_id"], ["al_tables.table_id"], ondelete="CASCADE"),
     Index("al_snapshots_commit", "table_id", "commit_id"),
+    Index("al_snapshots_token", "table_id", "write_token"),
 )
 
 partitions = Table(
@@ -104,6 +117,7 @@ partitions = Table(
     Column("partition_values", Text, nullable=False),  # JSON list, encoded per column type
     UniqueConstraint("table_id", "path", name="al_partitions_path"),
     ForeignKeyConstraint(["table_id"], ["al_tables.table_id"], ondelete="CASCADE"),
+    sqlite_autoincrement=True,
 )
 
 files = Table(
@@ -129,7 +143,11 @@ files = Table(
     ForeignKeyConstraint(["table_id"], ["al_tables.table_id"], ondelete="CASCADE"),
     Index("al_files_added", "table_id", "added_snapshot"),
     Index("al_files_removed", "table_id", "removed_snapshot"),
+    sqlite_autoincrement=True,
 )
+
+#: The tables whose SQLite version-1 form lacks AUTOINCREMENT, parents first.
+AUTOINCREMENT_TABLES = (tables, partitions, files)
 
 tags = Table(
     "al_tags",

@@ -282,6 +282,6 @@ def make_splits(
         Split(view.storage, tuple(group), {sid: schemas[sid] for sid in {t.schema_id
                                                                           for t in group}},
               view.schema, tuple(columns), expr, limit, merge,
-              partition_by=tuple(view.record.partition_by))
+              partition_by=tuple(view.record.partition_by), table=view.record.full_name)
         for group in groups
     ]

@@ -11,23 +11,35 @@ Splits of primary-key tables hold whole buckets: each bucket's runs are read her
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import inspect
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import chain, pairwise
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
-from arrowlake.errors import ArrowlakeError, ValidationError
-from arrowlake.expressions import AlwaysTrue, Expr, referenced_columns, rename_columns, to_arrow
+from arrowlake.errors import ArrowlakeError, DataFileError, StorageError, ValidationError
+from arrowlake.expressions import (
+    AlwaysTrue,
+    Expr,
+    and_all,
+    conjuncts,
+    referenced_columns,
+    rename_columns,
+    to_arrow,
+)
+from arrowlake.expressions.binding import value_type
 from arrowlake.io.prefetch import FileRef, prefetched_windows
 from arrowlake.io.stats import decode_values
-from arrowlake.io.storage import Storage
+from arrowlake.io.storage import Storage, data_file_damage
 from arrowlake.merge.read import (
     Bucket,
     MergeSpec,
@@ -75,6 +87,77 @@ class _GroupRead:
                                          filter=self.filter, schema=self.file_schema):
             yield ds.FileSystemDataset(window.fragments, self.file_schema, _FORMAT,
                                        window.filesystem)
+
+
+_CHECKED = "_arrowlake_files_checked"
+
+
+@contextlib.contextmanager
+def _reading(split: Split) -> Iterator[None]:
+    """Reading the split's files: a failure caused by a damaged data file (missing, truncated,
+    overwritten, not decodable) becomes a :class:`DataFileError` naming the table and the file;
+    any other failure stays as it is."""
+    try:
+        yield
+    except DataFileError:
+        raise
+    except (OSError, pa.ArrowInvalid) as exc:
+        if getattr(exc, _CHECKED, False):
+            raise  # a nested read (a merge's runs) checked its files already
+        found = _damaged_file(split, exc)
+        if found is None:
+            with contextlib.suppress(AttributeError):
+                setattr(exc, _CHECKED, True)
+            raise
+        task, damage = found
+        table = f"Table '{split.table}'" if split.table else "The table"
+        raise DataFileError(
+            f"{table} cannot be read: its data file {task.path} {damage}. Restore the file "
+            "(from a backup or replica), or read a snapshot from before the file was added "
+            "(table.snapshots(), table.scan(snapshot=...)); writes that must read the file "
+            "(deletes, compaction) fail the same way until then") from exc
+
+
+def _damaged_file(split: Split, exc: BaseException) -> tuple[FileTask, str] | None:
+    """The file of the split that caused ``exc`` and what is wrong with it, if a file did."""
+    storage = split.storage
+    message = str(exc)
+    named = [f for f in split.files
+             if f.path in message or storage.fs_path(f.path) in message]
+    try:
+        # The file the error names first, then cheap checks (exists, size, trailer) of all,
+        # then, as decoding failures name no file, a full read of each in turn.
+        for read_all in (False, True):
+            for task in [*named, *split.files] if read_all else (named or split.files):
+                damage = data_file_damage(storage, task.path, task.file_size,
+                                          read_all=read_all)
+                if damage is not None:
+                    return task, damage
+    except StorageError:
+        return None  # the storage itself fails: the original error says how
+    return None
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _checked(read: _F) -> _F:
+    """``read(split, ...)`` (a function or a generator) raising :class:`DataFileError` for a
+    damaged file of the split."""
+    if inspect.isgeneratorfunction(read):
+        @functools.wraps(read)
+        def generator(split: Split, *args: Any, **kwargs: Any) -> Any:
+            with _reading(split):
+                yield from read(split, *args, **kwargs)
+
+        return generator  # type: ignore[return-value]
+
+    @functools.wraps(read)
+    def function(split: Split, *args: Any, **kwargs: Any) -> Any:
+        with _reading(split):
+            return read(split, *args, **kwargs)
+
+    return function  # type: ignore[return-value]
 
 
 _FRAGMENTS: OrderedDict[tuple[str, int], ds.ParquetFileFragment] = OrderedDict()
@@ -233,18 +316,46 @@ def _plan_read(split: Split, schema_id: int, files: list[FileTask],
     pushed: pc.Expression | None = None
     residual: pc.Expression | None = None
     if not isinstance(split.filter, AlwaysTrue):
-        refs = referenced_columns(split.filter)
-        if all(physical.get(c) is not None for c in refs):
+        to_push, kept = _pushable(split.filter, split.schema, file_schema, physical)
+        refs = referenced_columns(to_push)
+        if not isinstance(to_push, AlwaysTrue) and all(physical.get(c) is not None
+                                                       for c in refs):
             mapping = {c: str(physical[c]) for c in refs if physical[c] != c}
             try:
-                expr = rename_columns(split.filter, mapping) if mapping else split.filter
+                expr = rename_columns(to_push, mapping) if mapping else to_push
                 pushed = to_arrow(expr, file_schema)
             except ValidationError:
                 pushed = None
         if pushed is None:
-            residual = to_arrow(split.filter, split.schema)
+            kept = split.filter
+        if not isinstance(kept, AlwaysTrue):
+            residual = to_arrow(kept, split.schema)
     read_columns = [c for c in physical.values() if c is not None]
     return _GroupRead(split.storage, files, file_schema, read_columns, columns, pushed, residual)
+
+
+def _pushable(expr: Expr, schema: pa.Schema, file_schema: pa.Schema,
+              physical: dict[str, str | None]) -> tuple[Expr, Expr]:
+    """``(conjuncts pyarrow may prune row groups with, the rest)`` of a filter.
+
+    Conjuncts on float columns are kept from pyarrow: Parquet row-group statistics leave NaN
+    out and bound an all-zero group by ``[-0.0, 0.0]``, and pyarrow's pruning with them
+    drops rows (``x != 1`` loses NaN rows, ``x IN (0.0)`` a group of zeros) and its
+    ``count_rows`` counts rows that do not match (NaN under ``x <= 1``). They are applied to
+    the rows read instead, with Arrow's own kernels.
+    """
+    def floating(name: str) -> bool:
+        old = physical.get(name)
+        types = [schema.field(name).type] if name in schema.names else []
+        if old is not None and old in file_schema.names:
+            types.append(file_schema.field(old).type)
+        return any(pa.types.is_floating(value_type(t)) for t in types)
+
+    push: list[Expr] = []
+    keep: list[Expr] = []
+    for c in conjuncts(expr):
+        (keep if any(floating(n) for n in referenced_columns(c)) else push).append(c)
+    return and_all(push), and_all(keep)
 
 
 def _needed_columns(split: Split) -> tuple[list[str], bool]:
@@ -307,6 +418,7 @@ def read_split(split: Split) -> Iterator[pa.RecordBatch]:
     return limited(_read_plain(split), split.limit)
 
 
+@_checked
 def _read_plain(split: Split) -> Iterator[pa.RecordBatch]:
     needed, extra = _needed_columns(split)
     if _constant_columns(split, split.files, needed):
@@ -323,6 +435,7 @@ def _read_plain(split: Split) -> Iterator[pa.RecordBatch]:
                 yield _finish(batch, group, split, extra, out_schema)
 
 
+@_checked
 def read_tagged(split: Split) -> Iterator[tuple[FileTask, pa.RecordBatch]]:
     """The rows of a split without merging, each batch with the file it came from.
 
@@ -350,6 +463,7 @@ def read_tagged(split: Split) -> Iterator[tuple[FileTask, pa.RecordBatch]]:
                 yield task, _finish(batch, group, split, extra, out_schema, filled, built)
 
 
+@_checked
 def read_split_table(split: Split) -> pa.Table:
     """All of the split's rows as one table (reads each schema group with threads)."""
     out_schema = split.output_schema()
@@ -373,6 +487,7 @@ def read_split_table(split: Split) -> pa.Table:
     return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
 
 
+@_checked
 def count_split(split: Split) -> int:
     """Rows of the split that match its filter, reading only what the filter needs."""
     if split.merge is not None:
@@ -424,6 +539,7 @@ def _runs_split(split: Split, files: Sequence[FileTask], columns: Sequence[str],
                    limit=None, merge=None)
 
 
+@_checked
 def read_runs(split: Split, files: Sequence[FileTask], columns: Sequence[str],
               pushed: Expr) -> pa.Table:
     """The rows of ``files`` with ``_row_kind`` and ``_seq`` (the writing commit's sequence)."""
@@ -497,6 +613,7 @@ def _needed(split: Split, spec: MergeSpec, residual: Expr) -> list[str]:
     return needed
 
 
+@_checked
 def read_merged(split: Split) -> Iterator[pa.RecordBatch]:
     """Yield the merged rows of a primary-key split, bucket by bucket.
 

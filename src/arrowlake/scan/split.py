@@ -55,6 +55,7 @@ class Split:
     # The table's partition columns: readers fill them from FileTask.partition_values instead
     # of decoding them from the files (one value per file).
     partition_by: tuple[str, ...] = ()
+    table: str = ""  # the table's name, for errors about its files
 
     @property
     def row_count(self) -> int:

@@ -12,13 +12,13 @@ never changes the table's contents.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from arrowlake.errors import CommitConflict
+from arrowlake.errors import CommitConflict, ValidationError
 from arrowlake.expressions import AlwaysTrue
 from arrowlake.io.writer import DataFileWriter, FileTarget, WriteOptions
 from arrowlake.merge import ROW_KIND, SEQUENCE, Deduplicate, FirstRow
@@ -40,6 +40,41 @@ class CompactionResult:
     removed_files: int = 0
     added_files: int = 0
     dropped: bool = False
+
+
+@dataclass(frozen=True)
+class CompactionOptions:
+    """The parsed ``compaction.*`` properties of a table."""
+
+    max_runs: int = 5
+    size_ratio: float = 2.0
+
+
+def compaction_options(props: Mapping[str, str]) -> CompactionOptions:
+    """Parse and check the ``compaction.*`` properties (the one place that reads them).
+
+    Called when a table is created, when its properties are set, and by compaction; raises
+    :class:`ValidationError` naming a malformed property.
+    """
+    raw_runs = props.get("compaction.max-runs", "5")
+    try:
+        max_runs = int(str(raw_runs).strip())
+    except ValueError:
+        max_runs = 0
+    if max_runs < 1:
+        raise ValidationError(
+            f"Property 'compaction.max-runs' must be a positive integer (runs per bucket before "
+            f"a compaction merges them all), not {raw_runs!r}")
+    raw_ratio = props.get("compaction.size-ratio", "2.0")
+    try:
+        ratio = float(str(raw_ratio).strip())
+    except ValueError:
+        ratio = float("nan")
+    if not 0 < ratio < float("inf"):
+        raise ValidationError(
+            f"Property 'compaction.size-ratio' must be a finite number > 0 (how many times "
+            f"larger an older run may be than the newer ones it joins), not {raw_ratio!r}")
+    return CompactionOptions(max_runs, ratio)
 
 
 def _has_retractions(task_stats: str) -> bool:
@@ -72,9 +107,8 @@ def compact(table: Table, full: bool = False,
     base = table.current_snapshot_id
     if base is None:
         return CompactionResult(None)
-    props = table._record.properties
-    max_runs = int(props.get("compaction.max-runs", 5))
-    ratio = float(props.get("compaction.size-ratio", 2.0))
+    options = compaction_options(table._record.properties)
+    max_runs, ratio = options.max_runs, options.size_ratio
     view = table._view(base, current_schema=True)
     files = table._metastore.live_files(table._record.table_id, base)
     stats_by_id = dict(zip(files.column("file_id").to_pylist(),
@@ -183,7 +217,7 @@ def _partition_of(table: Table, partition_id: int | None) -> tuple[str | None, s
 
 def compact_if_needed(table: Table, touched: set[tuple[str | None, int | None]]) -> None:
     """After a commit: compact the touched buckets that now hold too many runs."""
-    max_runs = int(table._record.properties.get("compaction.max-runs", 5))
+    max_runs = compaction_options(table._record.properties).max_runs
     files = table._metastore.live_files(table._record.table_id, table.current_snapshot_id)
     if files.num_rows == 0:
         return

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 
-from arrowlake.errors import ValidationError
+from arrowlake.errors import ReadOnlyLake, ValidationError
 from arrowlake.expressions import Expr, to_arrow, to_expression
 from arrowlake.io.stats import decode_values, stats_table
-from arrowlake.io.writer import WriteOptions
+from arrowlake.metastore.store import check_commit_id
 from arrowlake.scan.planning import TableView
 from arrowlake.scan.scan import Scan
 from arrowlake.scan.split import MergeSpec
@@ -98,18 +98,26 @@ class Table:
         return dict(self._record.properties)
 
     def set_properties(self, **properties: str) -> None:
-        """Set table properties (``write.target-file-size``, ``write.row-group-rows``, ...)."""
+        """Set table properties (``write.target-file-size``, ``compaction.max-runs``, ...).
+
+        Every property arrowlake reads is checked here, so a malformed value fails now rather
+        than in a later write. The merge options of a primary-key table (``merge-engine``,
+        ``sequence-field``, ``ignore-delete``, ``partial-update.ignore-delete``,
+        ``aggregation.remove-record-on-delete``, ``fields.*``) are fixed at creation: the runs
+        already written were merged under them. ``buckets`` is not a property (fixed at
+        creation too)."""
         props = dict(self.refresh()._record.properties)
-        if self._record.primary_key:
-            fixed = [k for k in properties if k in ("merge-engine", "sequence-field")
-                     or k.startswith("fields.")]
-            if fixed:
-                raise ValidationError(
-                    f"Properties {fixed} of a primary-key table cannot be changed after "
-                    "creation: the runs already written were merged under them")
-        props.update({k.replace("_", "-") if k.startswith("write_") else k: str(v)
-                      for k, v in properties.items()})
-        WriteOptions.from_properties(props)  # a malformed write property is refused here
+        given = {k.replace("_", "-") if k.startswith("write_") else k: str(v)
+                 for k, v in properties.items()}
+        fixed = sorted(k for k, v in given.items()
+                       if primary_key.is_engine_property(k) and props.get(k) != v)
+        if fixed and self._record.primary_key:
+            raise ValidationError(
+                f"Properties {fixed} of primary-key table '{self.name}' cannot be changed after "
+                "creation: the runs already written were merged under them. Create a new table "
+                "with the options you want and copy the rows into it")
+        props.update(given)
+        primary_key.validate_properties(props, self._record.primary_key)
         self._metastore.set_properties(self._record.table_id, props)
         self.refresh()
 
@@ -120,6 +128,15 @@ class Table:
 
     def __repr__(self) -> str:
         return f"<arrowlake.Table {self.name} snapshot={self.current_snapshot_id}>"
+
+    def _check_write(self, commit_id: str | None = None) -> None:
+        """Refuse a write up front, before any data file is written: a commit id no metastore
+        can store, or a lake opened read-only."""
+        check_commit_id(commit_id)
+        if self._metastore.read_only:
+            raise ReadOnlyLake(
+                f"Cannot write to table {self.name}: the lake was opened read-only (its "
+                f"metastore {self._metastore.location} cannot be written here)")
 
     def _protected_snapshots(self) -> set[int]:
         """Snapshots something else still needs (streaming consumers, once they exist)."""
@@ -164,13 +181,15 @@ class Table:
         """
         self.refresh()
         snapshot_id = self._resolve_snapshot(snapshot, as_of, tag)
-        return Scan.create(self._view(snapshot_id), filter, columns, limit, self._merge_spec())
+        view = self._view(snapshot_id)
+        return Scan.create(view, filter, columns, limit, self._merge_spec(view.schema))
 
-    def _merge_spec(self) -> MergeSpec | None:
+    def _merge_spec(self, schema: pa.Schema | None = None) -> MergeSpec | None:
+        """How versions merge when files are read in ``schema`` (the current one by default)."""
         if not self._record.primary_key:
             return None
-        return MergeSpec(tuple(self._record.primary_key), merge_engine(self),
-                         sequence_field(self), tuple(self._record.partition_by))
+        return MergeSpec(tuple(self._record.primary_key), merge_engine(self, schema),
+                         sequence_field(self, schema), tuple(self._record.partition_by))
 
     def to_arrow(self) -> pa.Table:
         return self.scan().to_arrow()
@@ -237,17 +256,20 @@ class Table:
         ``commit_id`` makes the write idempotent: a second commit with the same id is skipped.
         On a primary-key table an append is an :meth:`upsert`.
         """
+        self._check_write(commit_id)
         if self._record.primary_key:
             return self.upsert(data, commit_id=commit_id)
         return writes.append(self, data, commit_id=commit_id)
 
     def upsert(self, data: Any, *, commit_id: str | None = None) -> WriteResult:
         """Insert or replace rows by primary key (merged on read by the table's merge engine)."""
+        self._check_write(commit_id)
         return primary_key.upsert(self, data, commit_id=commit_id)
 
     def write_changes(self, data: Any, row_kind: str = "op", *,
                       commit_id: str | None = None) -> WriteResult:
         """Write CDC rows; column ``row_kind`` holds ``+I``, ``-U``, ``+U``, ``-D`` (or 0-3)."""
+        self._check_write(commit_id)
         return primary_key.write_changes(self, data, row_kind, commit_id=commit_id)
 
     def merge(self, source: Any, on: str | Sequence[str]) -> MergeBuilder:
@@ -258,10 +280,12 @@ class Table:
         ...       .when_not_matched_insert()
         ...       .execute())
         """
+        self._check_write()
         return MergeBuilder.start(self, source, on)
 
     def compact(self, full: bool = False) -> CompactionResult:
         """Merge the runs of each bucket of a primary-key table (see compaction)."""
+        self._check_write()
         primary_key.require_primary_key(self, "compact()")
         return compaction.compact(self, full=full)
 
@@ -272,12 +296,14 @@ class Table:
         Every row of ``data`` must match ``filter``; the replacement is one atomic snapshot.
         On a primary-key table the filter may use only partition columns.
         """
+        self._check_write(commit_id)
         if self._record.primary_key:
             return primary_key.overwrite(self, data, to_expression(filter), commit_id=commit_id)
         return writes.overwrite(self, data, to_expression(filter), commit_id=commit_id)
 
     def delete(self, filter: Expr | str, *, commit_id: str | None = None) -> WriteResult:
         """Delete the rows matching ``filter``, rewriting only files that match in part."""
+        self._check_write(commit_id)
         expr = to_expression(filter)
         self.refresh()
         to_arrow(expr, self.schema)  # validate before touching anything
