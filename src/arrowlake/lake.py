@@ -20,6 +20,7 @@ from arrowlake.schema import (
     schema_without_views,
     validate_schema,
 )
+from arrowlake.table.compaction import compaction_options
 from arrowlake.table.table import Table
 
 if TYPE_CHECKING:
@@ -150,6 +151,7 @@ class Lake:
         _check_partition_by(schema, partition_by)
         props = {str(k): str(v) for k, v in (properties or {}).items()}
         WriteOptions.from_properties(props)  # a malformed write property fails here, not later
+        compaction_options(props)  # so does a malformed compaction knob
         if primary_key or options:
             from arrowlake.table.primary_key import validate_pk_options
 

@@ -284,9 +284,11 @@ def commit_rows(table: Table, rows: pa.Table, kind: str, *, commit_id: str | Non
     files = write_runs(table, rows)
     result = commit_files(table, kind, base, files, commit_id=commit_id, summary=summary)
     if result.snapshot_id is not None and not result.duplicate:
+        from dataclasses import replace
+
         from arrowlake.table.compaction import compact_if_needed
 
-        compact_if_needed(table, {(f.partition_path, f.bucket) for f in files})
+        return replace(result, compaction=compact_if_needed(table, files))
     return result
 
 

@@ -16,6 +16,7 @@ from arrowlake.scan.planning import TableView
 from arrowlake.scan.scan import Scan
 from arrowlake.scan.split import MergeSpec
 from arrowlake.table import evolution, maintenance, writes
+from arrowlake.table.compaction import compaction_options
 from arrowlake.table.maintenance import ExpireResult, OrphanResult
 from arrowlake.table.writes import WriteResult
 
@@ -101,6 +102,7 @@ class Table:
         from arrowlake.io.writer import WriteOptions
 
         WriteOptions.from_properties(props)  # a malformed write property is refused here
+        compaction_options(props)  # so is a malformed compaction knob
         self._metastore.set_properties(self._record.table_id, props)
         self.refresh()
 
