@@ -165,10 +165,13 @@ def _has_retractions(task_stats: str) -> bool:
 def _runs_of(group: list[FileTask]) -> list[Run]:
     """A bucket's files as runs, oldest first. A run's files share one sequence range (one
     commit, or one compaction's output), and live runs' ranges never overlap."""
-    runs: dict[tuple[int, int], Run] = {}
+    runs: dict[tuple[int, int, int], Run] = {}
     for f in group:
-        runs.setdefault((f.seq_min or 0, f.seq_max or 0), []).append(f)
-    return [runs[k] for k in sorted(runs, key=lambda k: (k[1], k[0]))]
+        # A file without a sequence range (never written so) is a run of its own.
+        known = f.seq_min is not None and f.seq_max is not None
+        key = (f.seq_max or 0, f.seq_min or 0, -1 if known else f.file_id)
+        runs.setdefault(key, []).append(f)
+    return [runs[k] for k in sorted(runs)]
 
 
 def _size(run: Run) -> int:
@@ -195,9 +198,10 @@ class _Plan:
     sequence_field: bool
 
 
-def _load(table: Table, base: int) -> _Plan:
+def _load(table: Table, base: int, files: pa.Table | None = None) -> _Plan:
     view = table._view(base, current_schema=True)
-    files = table._metastore.live_files(table._record.table_id, base)
+    if files is None:
+        files = table._metastore.live_files(table._record.table_id, base)
     stats = dict(zip(files.column("file_id").to_pylist(), files.column("stats").to_pylist(),
                      strict=True))
     tasks = file_tasks(view, files)
@@ -252,7 +256,20 @@ def compact_if_needed(table: Table, written: Sequence[NewFile]) -> CompactionRes
     paths = {path: pid for pid, path, _ in table._metastore.partitions(table._record.table_id)}
     touched = {(paths.get(f.partition_path) if f.partition_path is not None else None,
                 f.bucket) for f in written}
-    plan = _load(table, base)
+    # Count the touched buckets' runs before planning anything: most commits find none due.
+    files = table._metastore.live_files(
+        table._record.table_id, base,
+        partition_ids=None if None in {p for p, _ in touched} else sorted(
+            {p for p, _ in touched if p is not None}),
+        buckets=sorted({b for _, b in touched if b is not None}))
+    runs_in: dict[tuple[int | None, int | None], set[tuple[int | None, ...]]] = {}
+    for pid, bucket, lo, hi, fid in zip(*(files.column(c).to_pylist() for c in (
+            "partition_id", "bucket", "seq_min", "seq_max", "file_id")), strict=True):
+        runs_in.setdefault((pid, bucket), set()).add(
+            (lo, hi) if lo is not None and hi is not None else (fid,))
+    if not any(len(runs_in.get(key, ())) > options.max_runs for key in touched):
+        return None
+    plan = _load(table, base, files)
     due = [runs for key, runs in plan.buckets.items()
            if key in touched and len(runs) > options.max_runs]
     if not due:
