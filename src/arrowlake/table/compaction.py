@@ -186,7 +186,6 @@ class _Plan:
     buckets: dict[tuple[int | None, int | None], list[Run]]
     stats: dict[int, str]
     view: TableView
-    tasks: list[FileTask]
     # Merging only newer runs must leave rows that combine with the runs left out as the
     # versions they replace would have. Newest (deduplicate) and oldest (first-row) always do.
     # Partial-update and aggregation do in commit order: a retraction followed by additions
@@ -208,7 +207,7 @@ def _load(table: Table, base: int, files: pa.Table | None = None) -> _Plan:
     buckets = {(g[0].partition_id, g[0].bucket): _runs_of(g) for g in bucket_groups(tasks)}
     spec = table._merge_spec()
     assert spec is not None
-    return _Plan(base, buckets, stats, view, tasks,
+    return _Plan(base, buckets, stats, view,
                  isinstance(spec.engine, (Deduplicate, FirstRow)) or spec.sequence_field is None,
                  spec.sequence_field is not None)
 
