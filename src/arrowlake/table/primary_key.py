@@ -302,6 +302,11 @@ def write_changes(table: Table, data: Any, row_kind: str = "op", *,
     """Write CDC rows: ``row_kind`` names the column holding ``+I -U +U -D`` (or 0-3)."""
     require_primary_key(table, "write_changes()")
     table.refresh()
+    return commit_rows(table, change_rows(table, data, row_kind), "changes", commit_id=commit_id)
+
+
+def change_rows(table: Table, data: Any, row_kind: str = "op") -> pa.Table:
+    """CDC rows conformed to the table schema, with their kinds as ``_row_kind`` codes."""
     from arrowlake.table.inputs import batch_stream
 
     schema, batches = batch_stream(data)
@@ -321,7 +326,7 @@ def write_changes(table: Table, data: Any, row_kind: str = "op", *,
     reader = pa.RecordBatchReader.from_batches(stripped, data_batches())
     rows = collect(table, reader, where="change data")
     codes = pa.concat_arrays(kinds) if kinds else pa.array([], pa.int8())
-    return commit_rows(table, with_kinds(rows, codes), "changes", commit_id=commit_id)
+    return with_kinds(rows, codes)
 
 
 def delete_keys(table: Table, expr: Any, *, commit_id: str | None = None) -> WriteResult:
@@ -344,8 +349,7 @@ def overwrite(table: Table, data: Any, expr: Any, *, commit_id: str | None = Non
               ) -> WriteResult:
     """Replace the rows of whole partitions (or the whole table) of a primary-key table."""
     from arrowlake.expressions import AlwaysTrue, referenced_columns
-    from arrowlake.scan.planning import fully_matching, plan_files
-    from arrowlake.table.writes import _conflict_on_new_matches, _discard, conformed
+    from arrowlake.table.writes import conformed
 
     table.refresh()
     rec = table._record
@@ -359,9 +363,19 @@ def overwrite(table: Table, data: Any, expr: Any, *, commit_id: str | None = Non
     batches = list(conformed(table, data, table.schema, check=check))
     rows = pa.Table.from_batches(batches, schema=table.schema) if batches else \
         table.schema.empty_table()
-    from arrowlake.table.writes import WriteResult
-
     files = write_runs(table, with_kinds(rows, RowKind.INSERT)) if rows.num_rows else []
+    return commit_overwrite(table, files, expr, added_rows=rows.num_rows, commit_id=commit_id)
+
+
+def commit_overwrite(table: Table, files: list[NewFile], expr: Any, *, added_rows: int,
+                     commit_id: str | None = None) -> WriteResult:
+    """Commit runs already written while removing the files of the partitions ``expr`` selects
+    (every file when it is always true); the runs are deleted if the commit does not happen."""
+    from arrowlake.expressions import AlwaysTrue
+    from arrowlake.scan.planning import fully_matching, plan_files
+    from arrowlake.table.writes import WriteResult, _conflict_on_new_matches, _discard
+
+    rec = table._record
     try:
         for attempt in range(5):
             table.refresh()
@@ -386,8 +400,8 @@ def overwrite(table: Table, data: Any, expr: Any, *, commit_id: str | None = Non
                     raise
                 continue
             return WriteResult(result.snapshot_id, "overwrite", len(files), len(remove),
-                               rows.num_rows, change.removed_rows, result.attempts,
-                               result.duplicate)
+                               added_rows, change.removed_rows,
+                               result.attempts, result.duplicate)
     except BaseException:
         _discard(table, files)
         raise
