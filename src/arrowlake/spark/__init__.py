@@ -18,6 +18,7 @@ from arrowlake.errors import require
 
 require("pyspark", "spark", "arrowlake.spark")
 
+from arrowlake.spark.fast import FastReadPlan, plan_read, read  # noqa: E402
 from arrowlake.spark.source import FORMAT, ArrowlakeDataSource  # noqa: E402
 
 
@@ -27,4 +28,4 @@ def register(spark: Any) -> None:
     spark.dataSource.register(ArrowlakeDataSource)
 
 
-__all__ = ["FORMAT", "ArrowlakeDataSource", "register"]
+__all__ = ["FORMAT", "ArrowlakeDataSource", "FastReadPlan", "plan_read", "read", "register"]

@@ -29,11 +29,13 @@ The pieces a streaming reader or writer needs are functions here, not reader met
 
 from __future__ import annotations
 
+import base64
 import json
+import pickle
 import sys
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -68,6 +70,19 @@ from arrowlake.table.staged import (
 from arrowlake.table.table import Table
 
 FORMAT = "arrowlake"
+#: An internal option: pickled splits planned by arrowlake.spark.fast, read as they are.
+SPLITS_OPTION = "arrowlake.splits"
+
+
+def encode_splits(splits: Sequence[Split]) -> str:
+    return base64.b64encode(pickle.dumps(list(splits))).decode("ascii")
+
+
+def decode_splits(text: str) -> list[Split]:
+    splits = pickle.loads(base64.b64decode(text))
+    if not isinstance(splits, list) or not all(isinstance(s, Split) for s in splits):
+        raise ValidationError(f"Option {SPLITS_OPTION!r} does not hold arrowlake splits")
+    return splits
 
 
 # -- options --------------------------------------------------------------------------------------
@@ -173,6 +188,16 @@ def table_scan(table: Table, read: ReadOptions, filter: Expr | str | None = None
                       snapshot=read.snapshot, as_of=read.as_of, tag=read.tag)
 
 
+def source_schema(options: Mapping[str, str]) -> pa.Schema:
+    """The Arrow schema a read with these options returns."""
+    if SPLITS_OPTION in options:
+        splits = decode_splits(options[SPLITS_OPTION])
+        if not splits:
+            raise ValidationError(f"Option {SPLITS_OPTION!r} holds no splits")
+        return splits[0].output_schema()
+    return table_scan(open_table(options), ReadOptions.from_options(options)).schema
+
+
 # -- reading ------------------------------------------------------------------------------------
 
 
@@ -233,6 +258,10 @@ class ArrowlakeReader(DataSourceReader):
                           self.columns)
 
     def partitions(self) -> Sequence[InputPartition]:
+        if SPLITS_OPTION in self.options:
+            splits = decode_splits(self.options[SPLITS_OPTION])
+            return [SplitPartition(replace(s, filter=and_all([s.filter, self.filter])))
+                    for s in splits] or [SplitPartition(None)]
         read = ReadOptions.from_options(self.options)
         return split_partitions(self._scan(), read.split_size)
 
@@ -245,8 +274,7 @@ class ArrowlakeFilteringReader(ArrowlakeReader):
     """The reader with filter pushdown (see :func:`_pushdown_requested`)."""
 
     def pushFilters(self, filters: list[Filter]) -> list[Filter]:
-        table = open_table(self.options)
-        schema = table_scan(table, ReadOptions.from_options(self.options)).schema
+        schema = source_schema(self.options)
         accepted, rejected = split_filters(filters, schema)
         self.filter = and_all([self.filter, accepted])
         return rejected
@@ -328,8 +356,7 @@ class ArrowlakeDataSource(DataSource):
         return FORMAT
 
     def schema(self) -> StructType:
-        table = open_table(self.options)
-        return spark_schema(table_scan(table, ReadOptions.from_options(self.options)).schema)
+        return spark_schema(source_schema(self.options))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         if _pushdown_requested():
