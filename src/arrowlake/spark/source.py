@@ -22,6 +22,13 @@ Filters: with ``spark.sql.python.filterPushdown.enabled`` true, the reader takes
 the scan applies exactly (see :mod:`arrowlake.spark.filters`) and gives the rest back; the
 accepted ones prune partitions, buckets and files when splits are planned.
 
+A PySpark limitation (4.1-4.3) to know with pushdown on: Spark keeps the partitions planned
+for the last query of a DataFrame that pushed filters and reuses them for later queries of the
+same DataFrame that push none (no filter, or none of the simple kinds), so such a later query
+sees only the earlier query's rows. With pushdown on, load a fresh DataFrame for each query
+(``spark.read.format("arrowlake")...load(...)``), or use :func:`arrowlake.spark.read`, which
+does not depend on it. tests/spark pins both behaviours.
+
 The pieces a streaming reader or writer needs are functions here, not reader methods:
 :func:`open_table`, :func:`split_partitions`, :func:`read_partition` and the staged write of
 :mod:`arrowlake.table.staged`.
@@ -234,7 +241,7 @@ def _pushdown_requested() -> bool:
     settings.
     """
     frame = sys._getframe(1)
-    for _ in range(8):
+    for _ in range(16):
         if frame is None:
             return False
         if frame.f_code.co_filename.endswith("data_source_pushdown_filters.py"):
@@ -276,7 +283,7 @@ class ArrowlakeFilteringReader(ArrowlakeReader):
     def pushFilters(self, filters: list[Filter]) -> list[Filter]:
         schema = source_schema(self.options)
         accepted, rejected = split_filters(filters, schema)
-        self.filter = and_all([self.filter, accepted])
+        self.filter = accepted
         return rejected
 
 
