@@ -10,9 +10,9 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from pyspark.sql import types as st  # noqa: E402
+from pyspark.sql import types as st
 
-from arrowlake.spark.types import (  # noqa: E402
+from arrowlake.spark.types import (
     spark_arrow_schema,
     spark_schema,
     spark_type,

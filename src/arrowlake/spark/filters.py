@@ -2,8 +2,9 @@
 
 A scan applies its filter to every row (after the merge on primary-key tables), so a filter it
 accepts needs no second evaluation by Spark. Only filters whose meaning is the same on both
-sides are accepted: comparisons, ``IN``, ``IS [NOT] NULL``, prefix ``LIKE`` and ``NOT`` of
-those, on top-level columns of integer, string, boolean, date and decimal types. Floats (Spark
+sides are accepted: comparisons, ``IN``, prefix ``LIKE`` and ``NOT`` of those, on top-level
+columns of integer, string, boolean, date and decimal types, and ``IS [NOT] NULL`` on any
+top-level column. Floats (Spark
 orders NaN above every number and equals it to itself, Arrow does neither), timestamps (Spark
 hands over session-local datetimes), and columns whose type Spark sees differently (unsigned
 integers, decimals over 38 digits) are given back to Spark, as are suffix and infix ``LIKE``.
@@ -48,12 +49,13 @@ def _exact_type(typ: pa.DataType) -> bool:
             or (t.is_decimal(typ) and typ.precision <= 38))
 
 
-def _column(schema: pa.Schema, attribute: tuple[str, ...]) -> str | None:
+def _column(schema: pa.Schema, attribute: tuple[str, ...], *, any_type: bool = False
+            ) -> str | None:
     if len(attribute) != 1:
         return None
     name = attribute[0]
     index = schema.get_field_index(name)
-    if index < 0 or not _exact_type(schema.field(index).type):
+    if index < 0 or not (any_type or _exact_type(schema.field(index).type)):
         return None
     return name
 
@@ -77,7 +79,8 @@ def to_expression(f: sds.Filter, schema: pa.Schema) -> Expr | None:
             return None
         return In(Column(name), tuple(f.value))
     if isinstance(f, (sds.IsNull, sds.IsNotNull)):
-        name = _column(schema, f.attribute)
+        # Null is null on both sides for every type (NaN is not null in either).
+        name = _column(schema, f.attribute, any_type=True)
         if name is None:
             return None
         return IsNull(Column(name)) if isinstance(f, sds.IsNull) else IsNotNull(Column(name))
