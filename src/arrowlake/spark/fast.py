@@ -186,8 +186,7 @@ def plan_read(spark: SparkSession | None, lake: Lake | str, table: str, *,
     """Plan a read: which files Spark's Parquet reader takes and which splits the data source
     reads (see the module docstring)."""
     if isinstance(lake, str):
-        lake = open_lake(LakeOptions(lake, warehouse, tuple(sorted(
-            (storage_options or {}).items()))))
+        lake = open_lake(LakeOptions.create(lake, warehouse, storage_options))
     scan = table_scan(lake.table(table), ReadOptions(snapshot, as_of, tag), filter, columns)
     plan = FastReadPlan(scan.schema, scan.view.schema, scan.expr)
     reasons: set[str] = set()

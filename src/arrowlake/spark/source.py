@@ -101,7 +101,12 @@ class LakeOptions:
 
     uri: str
     warehouse: str | None = None
-    storage_options: tuple[tuple[str, Any], ...] = ()
+    storage_json: str = "{}"  # the storage options as sorted JSON (options may nest)
+
+    @classmethod
+    def create(cls, uri: str, warehouse: str | None = None,
+               storage_options: Mapping[str, Any] | None = None) -> LakeOptions:
+        return cls(uri, warehouse, json.dumps(dict(storage_options or {}), sort_keys=True))
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> LakeOptions:
@@ -116,8 +121,7 @@ class LakeOptions:
         for key, value in options.items():
             if key.lower().startswith("storage."):
                 storage[key[len("storage."):]] = value
-        return cls(str(uri), options.get("warehouse") or None,
-                   tuple(sorted(storage.items(), key=lambda kv: kv[0])))
+        return cls.create(str(uri), options.get("warehouse") or None, storage)
 
 
 _LAKES: dict[LakeOptions, Lake] = {}
@@ -130,7 +134,7 @@ def open_lake(where: LakeOptions) -> Lake:
         lake = _LAKES.get(where)
         if lake is None:
             lake = connect(where.uri, warehouse=where.warehouse,
-                           storage_options=dict(where.storage_options) or None)
+                           storage_options=json.loads(where.storage_json) or None)
             _LAKES[where] = lake
         return lake
 
