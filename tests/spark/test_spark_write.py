@@ -141,3 +141,19 @@ def test_write_errors_name_what_to_fix(spark, lake_path):
     with pytest.raises(Exception, match="do not match the overwrite filter"):
         write(one, lake_path, "crm.visits", "overwrite", replaceWhere="region = 'us'")
     assert lake.table("crm.visits").current_snapshot_id is None
+
+
+def test_a_table_of_every_type_round_trips_through_spark(spark, lake_path):
+    from tests.spark.helpers import all_types_data, as_spark_rows, frame_rows
+
+    lake = al.connect(lake_path)
+    data = all_types_data()
+    t = lake.create_table("t.types", data.schema)
+    t.append(data)
+    df = spark.read.format("arrowlake").option("lake", str(lake_path)).load("t.types")
+    before = frame_rows(df, "id")
+    write(df, lake_path, "t.types")  # Spark's types go back into the table's
+    assert t.count() == 2 * data.num_rows
+    assert t.to_arrow().schema == t.schema
+    doubled = as_spark_rows(t.to_arrow(), "id")
+    assert doubled[::2] == before and doubled[1::2] == before

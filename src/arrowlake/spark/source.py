@@ -63,7 +63,12 @@ from arrowlake.lake import Lake, connect
 from arrowlake.scan.scan import Scan
 from arrowlake.scan.split import Split
 from arrowlake.spark.filters import split_filters
-from arrowlake.spark.types import spark_arrow_schema, spark_schema, to_spark_batch
+from arrowlake.spark.types import (
+    from_spark_batch,
+    spark_arrow_schema,
+    spark_schema,
+    to_spark_batch,
+)
 from arrowlake.table.staged import (
     StagedWrite,
     WriteMode,
@@ -335,7 +340,10 @@ class ArrowlakeWriter(DataSourceArrowWriter):
         first = next(iterator, None)
         if first is None:
             return StagedMessage(StagedWrite((), 0, order))
-        reader = pa.RecordBatchReader.from_batches(first.schema, _chain(first, iterator))
+        schema = self.target.schema
+        head = from_spark_batch(first, schema)
+        reader = pa.RecordBatchReader.from_batches(head.schema, _chain(head, (
+            from_spark_batch(b, schema) for b in iterator)))
         return StagedMessage(stage(self.target, reader, self.mode,
                                    replace_where=self.replace_where, row_kind=self.row_kind,
                                    order=order))

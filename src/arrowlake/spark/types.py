@@ -41,6 +41,7 @@ from pyspark.sql import types as st
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from arrowlake.errors import SchemaMismatch
+from arrowlake.schema import can_write
 
 #: Spark's decimals hold at most this many digits.
 MAX_SPARK_PRECISION = 38
@@ -135,3 +136,38 @@ def _cast(arr: pa.Array, typ: pa.DataType) -> pa.Array:
         arr = arr.cast(pa.float32())
     # safe=False only allows truncating sub-microsecond time: every other cast here widens.
     return arr.cast(typ, safe=False)
+
+
+def from_spark_batch(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """``batch`` (from Spark) with the columns Spark holds in a wider type than the table
+    (unsigned integers, float16, decimals over 38 digits as strings, nanosecond time, ...)
+    cast back to the table's type, so a table read into Spark can be written back to it.
+
+    A value that does not fit (an int32 over 65535 for a uint16 column) raises
+    :class:`SchemaMismatch`; columns the table's own write rules accept are left for them.
+    """
+    arrays = list(batch.columns)
+    changed = False
+    for i, name in enumerate(batch.schema.names):
+        index = schema.get_field_index(name)
+        if index < 0:
+            continue
+        typ = schema.field(index).type
+        have = batch.schema.field(i).type
+        if have == typ or can_write(have, typ):
+            continue
+        if spark_arrow_schema(spark_schema(pa.schema([pa.field(name, typ)]))).field(0).type \
+                != have:
+            continue  # not Spark's image of the column: the table's write rules decide
+        try:
+            arrays[i] = arrays[i].cast(typ, safe=True)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            raise SchemaMismatch(
+                f"Column '{name}' is {typ} in the table; Spark's {have} values do not fit it: "
+                f"{exc}") from None
+        changed = True
+    if not changed:
+        return batch
+    fields = [pa.field(f.name, a.type, f.nullable) for f, a in zip(batch.schema, arrays,
+                                                                     strict=True)]
+    return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
