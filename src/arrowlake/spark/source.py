@@ -12,7 +12,9 @@ Options (case-insensitive):
 - reading: ``snapshot`` (id), ``asOf`` (ISO date-time, or epoch milliseconds), ``tag``,
   ``columns`` (comma-separated: PySpark gives Python sources no column pruning, so this is how
   to read only some columns; a schema given with ``.schema(...)`` does the same), ``splitSize``
-  (bytes per input partition; the table's ``read.split-size`` by default).
+  (bytes per input partition; the table's ``read.split-size`` by default), ``minPartitions``
+  (without ``splitSize``, splits are made smaller to give at least this many input
+  partitions; the driver's CPU count by default).
 - writing: ``write`` = ``append`` (an upsert on primary-key tables) | ``upsert`` | ``changes``
   (with ``rowKind``, the column holding ``+I -U +U -D``; ``op`` by default); with
   ``mode("overwrite")``, ``replaceWhere`` replaces only the matching rows; ``commitId`` makes the
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import pickle
 import sys
 import threading
@@ -164,6 +167,7 @@ class ReadOptions:
     tag: str | None = None
     columns: tuple[str, ...] | None = None
     split_size: int | None = None
+    min_partitions: int = 1
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> ReadOptions:
@@ -176,12 +180,14 @@ class ReadOptions:
                      else datetime.fromisoformat(text))
         columns = options.get("columns")
         split_size = options.get("splitsize")
+        min_partitions = options.get("minpartitions")
         try:
             return cls(int(snapshot) if snapshot not in (None, "") else None, as_of,
                        options.get("tag") or None,
                        tuple(c.strip() for c in columns.split(",") if c.strip())
                        if columns else None,
-                       _bytes(split_size) if split_size else None)
+                       _bytes(split_size) if split_size else None,
+                       int(min_partitions) if min_partitions else os.cpu_count() or 1)
         except ValueError as exc:
             raise ValidationError(f"Invalid arrowlake read option: {exc}") from None
 
@@ -226,9 +232,17 @@ class SplitPartition(InputPartition):
         self.split = split
 
 
-def split_partitions(scan: Scan, split_size: int | None = None) -> list[SplitPartition]:
-    """One input partition per split of the IO layer (merged primary-key buckets included)."""
+def split_partitions(scan: Scan, split_size: int | None = None,
+                     min_partitions: int = 1) -> list[SplitPartition]:
+    """One input partition per split of the IO layer (merged primary-key buckets included).
+
+    Without an explicit ``split_size``, splits are made smaller when the default size would
+    give fewer than ``min_partitions`` (Spark would leave cores idle).
+    """
     splits = scan.plan(split_size)
+    if split_size is None and 0 < len(splits) < min_partitions:
+        total = sum(s.size_bytes for s in splits)
+        splits = scan.plan(max(1, total // min_partitions))
     return [SplitPartition(s) for s in splits] or [SplitPartition(None)]
 
 
@@ -279,7 +293,7 @@ class ArrowlakeReader(DataSourceReader):
             return [SplitPartition(replace(s, filter=and_all([s.filter, self.filter])))
                     for s in splits] or [SplitPartition(None)]
         read = ReadOptions.from_options(self.options)
-        return split_partitions(self._scan(), read.split_size)
+        return split_partitions(self._scan(), read.split_size, read.min_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, SplitPartition)
