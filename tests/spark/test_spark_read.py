@@ -41,6 +41,10 @@ def test_format_works_without_registering_and_reads_an_append_table(spark, lake_
     t.append(orders(0, 500))
     t.append(orders(500, 300))
     df = read(spark, lake_path, "shop.orders")
+    import arrowlake.spark
+
+    arrowlake.spark.register(spark)  # the explicit way does the same
+    assert read(spark, lake_path, "shop.orders").count() == 800
     assert df.schema.simpleString() == \
         "struct<order_id:bigint,day:string,customer:string,amount:int>"
     assert frame_rows(df) == as_spark_rows(t.to_arrow())

@@ -62,6 +62,7 @@ from arrowlake.spark.source import (
     ReadOptions,
     encode_splits,
     open_lake,
+    plan_splits,
     table_scan,
 )
 from arrowlake.spark.types import spark_type
@@ -191,7 +192,8 @@ def plan_read(spark: SparkSession | None, lake: Lake | str, table: str, *,
     plan = FastReadPlan(scan.schema, scan.view.schema, scan.expr)
     reasons: set[str] = set()
     by_schema: dict[int, tuple[Split, list[FileTask]]] = {}
-    for split in scan.plan():
+    cores = spark.sparkContext.defaultParallelism if spark is not None else 1
+    for split in plan_splits(scan, None, cores):
         direct: list[FileTask] = []
         if split.merge is None:
             direct = list(split.files)

@@ -232,17 +232,21 @@ class SplitPartition(InputPartition):
         self.split = split
 
 
-def split_partitions(scan: Scan, split_size: int | None = None,
-                     min_partitions: int = 1) -> list[SplitPartition]:
-    """One input partition per split of the IO layer (merged primary-key buckets included).
-
-    Without an explicit ``split_size``, splits are made smaller when the default size would
-    give fewer than ``min_partitions`` (Spark would leave cores idle).
-    """
+def plan_splits(scan: Scan, split_size: int | None = None, min_partitions: int = 1
+                ) -> list[Split]:
+    """The scan's splits. Without an explicit ``split_size``, splits are made smaller when the
+    default size would give fewer than ``min_partitions`` (Spark would leave cores idle)."""
     splits = scan.plan(split_size)
     if split_size is None and 0 < len(splits) < min_partitions:
         total = sum(s.size_bytes for s in splits)
         splits = scan.plan(max(1, total // min_partitions))
+    return splits
+
+
+def split_partitions(scan: Scan, split_size: int | None = None,
+                     min_partitions: int = 1) -> list[SplitPartition]:
+    """One input partition per split of the IO layer (merged primary-key buckets included)."""
+    splits = plan_splits(scan, split_size, min_partitions)
     return [SplitPartition(s) for s in splits] or [SplitPartition(None)]
 
 
