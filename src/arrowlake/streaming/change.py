@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Union
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -21,6 +21,8 @@ from arrowlake.table.primary_key import KIND_COLUMN
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from arrowlake.streaming.catchup import NetChangeSplit
 
 #: The column a stream adds with ``include_row_kind=True``.
 ROW_KIND_COLUMN = "_row_kind"
@@ -76,6 +78,10 @@ class ChangeSplit:
         return reader.__arrow_c_stream__(requested_schema)
 
 
+#: What a change is made of: plain change splits, or net-change splits when catching up.
+AnySplit = Union[ChangeSplit, "NetChangeSplit"]
+
+
 def _constant(kind: str, length: int) -> pa.Array:
     return pa.repeat(pa.scalar(kind, pa.string()), length)
 
@@ -94,7 +100,7 @@ class Change:
     snapshot_id: int
     kind: str
     committed_at: datetime
-    splits: tuple[ChangeSplit, ...]
+    splits: tuple[AnySplit, ...]
     schema: pa.Schema
     first_snapshot_id: int
 

@@ -44,7 +44,8 @@ from arrowlake.metastore.store import check_name
 from arrowlake.scan.planning import TableView, file_schemas, file_stats, file_tasks, plan_files
 from arrowlake.scan.split import MergeSpec, Split
 from arrowlake.schema import find_field
-from arrowlake.streaming.change import ROW_KIND_FIELD, Change, ChangeSplit
+from arrowlake.streaming.catchup import NetChangeSplit
+from arrowlake.streaming.change import ROW_KIND_FIELD, AnySplit, Change, ChangeSplit
 from arrowlake.table.primary_key import KIND_COLUMN, KIND_FIELD
 from arrowlake.table.table import register_stream_factory
 
@@ -318,7 +319,7 @@ class Stream:
 
     def _fetch(self) -> None:
         rows = self._metastore.snapshots_after(self._table_id, self.position, _POLL_BATCH)
-        if rows and rows[0]["snapshot_id"] != self.position + 1 and self.position > 0:
+        if rows and rows[0]["snapshot_id"] != self.position + 1:
             who = f"Consumer {self.consumer!r}" if self.consumer else "The stream"
             raise SnapshotNotFound(
                 f"{who} of table {self._table.name} resumes after snapshot {self.position}, "
@@ -462,8 +463,115 @@ class Stream:
     # -- catch-up ----------------------------------------------------------------------------
 
     def _catch_up(self) -> Change | None:
-        """One change for every queued snapshot (see the module docs); None if none apply."""
-        return None
+        """One change for the whole range from the position to the current snapshot, or None
+        when the range cannot be caught up at once (then it is read snapshot by snapshot).
+
+        Primary-key tables: the net change per key (:mod:`arrowlake.streaming.catchup`).
+        Append tables: the rows the range added, all ``+I``, planned with one query; a range
+        holding a delete or overwrite is read per snapshot.
+        """
+        ms, tid, start = self._metastore, self._table_id, self.position
+        end = ms.current_snapshot_id(tid)
+        if end is None or end <= start:
+            return None
+        if start > 0:
+            try:
+                ms.snapshot(tid, start)
+            except SnapshotNotFound:
+                return None  # no state to compare with; per snapshot, expiry is reported
+        snaps = ms.snapshots_after(tid, start, limit=end - start, upto=end)
+        if len(snaps) != end - start:
+            return None
+        added, _ = ms.files_changed(tid, start, end)
+        skipped = [int(r["snapshot_id"]) for r in snaps if r["kind"] in _NO_CHANGE_KINDS]
+        if skipped and added.num_rows:
+            added = added.filter(pc.invert(pc.is_in(added.column("added_snapshot"),
+                                                    pa.array(skipped, pa.int64()))))
+        added = self._prune(self._keep(added))
+        if self._merge is not None:
+            splits: list[AnySplit] = self._net_change_splits(start, end, added)
+        else:
+            if any(r["kind"] not in ("append", *_NO_CHANGE_KINDS) for r in snaps):
+                return None
+            splits = list(self._splits(self._view(end), added, row_kind="+I", merged=False))
+        self._queue.clear()
+        for future in self._prefetched.values():
+            future.cancel()
+        self._prefetched.clear()
+        self.position = end
+        if not splits:
+            return None
+        return Change(end, "catch-up", datetime.fromtimestamp(snaps[-1]["committed_at"] / 1000,
+                                                               UTC),
+                      tuple(splits), self.schema, start + 1)
+
+    def _net_change_splits(self, start: int, end: int, added: pa.Table) -> list[AnySplit]:
+        if added.num_rows == 0:
+            return []
+        ms, tid = self._metastore, self._table_id
+
+        def unit_ids(files: pa.Table) -> pa.Array:
+            # (partition, bucket) as one integer; unpartitioned tables have null partitions.
+            pid = pc.cast(pc.fill_null(files.column("partition_id"), -1), pa.int64())
+            bucket = pc.cast(pc.fill_null(files.column("bucket"), 0), pa.int64())
+            return pc.add(pc.multiply(pc.add(pid, 1), 1 << 32), bucket)
+
+        touched_units = pc.unique(unit_ids(added))
+
+        def in_touched(files: pa.Table) -> pa.Table:
+            if files.num_rows == 0:
+                return files
+            return files.filter(pc.is_in(unit_ids(files), touched_units))
+
+        before_files = in_touched(ms.live_files(tid, start)) if start > 0 else None
+        after_files = in_touched(ms.live_files(tid, end))
+        views = {"touched": self._view(end), "after": self._view(end),
+                 "before": self._view(start)}
+        groups: dict[int, dict[str, list[Any]]] = {}
+        for name, files in (("touched", added), ("after", after_files),
+                            ("before", before_files)):
+            if files is None or files.num_rows == 0:
+                continue
+            units = unit_ids(files).to_pylist()
+            for unit, task in zip(units, file_tasks(views[name], files), strict=True):
+                groups.setdefault(unit, {}).setdefault(name, []).append(task)
+        key = tuple(self._record.primary_key)
+        everything = tuple(self._schema.names)
+        packed: list[dict[str, list[Any]]] = []
+        size = 0
+        for unit in sorted(groups):
+            parts = groups[unit]
+            unit_size = sum(t.file_size for tasks in parts.values() for t in tasks)
+            if not packed or size + unit_size > _SPLIT_BYTES:
+                packed.append({})
+                size = 0
+            for name, tasks in parts.items():
+                packed[-1].setdefault(name, []).extend(tasks)
+            size += unit_size
+        out: list[AnySplit] = []
+        for parts in packed:
+            if "touched" not in parts:
+                continue
+            touched = self._split(views["touched"], parts["touched"], merged=False,
+                                  columns=key, expr=AlwaysTrue())
+            before = self._split(views["before"], parts["before"], merged=True,
+                                 columns=everything, expr=AlwaysTrue()) \
+                if parts.get("before") else None
+            after = self._split(views["after"], parts["after"], merged=True,
+                                columns=everything, expr=AlwaysTrue()) \
+                if parts.get("after") else None
+            out.append(NetChangeSplit(touched, before, after, key, self._columns,
+                                      self.include_row_kind, self._expr))
+        return out
+
+    def _split(self, view: TableView, tasks: Sequence[Any], *, merged: bool,
+               columns: Sequence[str], expr: Expr) -> Split:
+        schemas = file_schemas(view, tasks)
+        if self._merge is not None:
+            schemas = {sid: s.append(KIND_FIELD) for sid, s in schemas.items()}
+        return Split(view.storage, tuple(tasks), schemas, view.schema, tuple(columns), expr,
+                     None, self._merge if merged else None,
+                     partition_by=tuple(self._record.partition_by))
 
     # -- prefetch ----------------------------------------------------------------------------
 

@@ -115,6 +115,8 @@ class Table:
         from arrowlake.io.writer import WriteOptions
 
         WriteOptions.from_properties(props)  # a malformed write property is refused here
+        if "consumer.expiration" in props:
+            maintenance.parse_duration("consumer.expiration", props["consumer.expiration"])
         self._metastore.set_properties(self._record.table_id, props)
         self.refresh()
 
@@ -134,10 +136,6 @@ class Table:
             raise ReadOnlyLake(
                 f"Cannot write to table {self.name}: the lake was opened read-only (its "
                 f"metastore {self._metastore.engine.url.database} cannot be written here)")
-
-    def _protected_snapshots(self) -> set[int]:
-        """Snapshots something else still needs (streaming consumers, once they exist)."""
-        return set()
 
     # -- streams -------------------------------------------------------------------------------
 
