@@ -132,6 +132,10 @@ class SnapshotChange:
     # Called inside the transaction when other commits landed after ``base``; gets the files they
     # added and raises CommitConflict if this change can no longer be applied on top of them.
     on_rebase: Callable[[pa.Table], None] | None = None
+    # Changelog files of primary-key tables (changelog producers ``input`` and ``lookup``):
+    # recorded with content ``changelog`` and read by this snapshot only, so they are never
+    # part of a table's live files and expire with the snapshot that wrote them.
+    changelog: Sequence[NewFile] = ()
 
 
 FILE_COLUMNS = (
@@ -737,7 +741,8 @@ class Metastore:
         c = t.files.c
         query = sa.select(*[c[n] for n in FILE_COLUMNS]).where(
             (c.table_id == table_id) & (c.added_snapshot <= snapshot_id)
-            & ((c.removed_snapshot.is_(None)) | (c.removed_snapshot > snapshot_id)))
+            & ((c.removed_snapshot.is_(None)) | (c.removed_snapshot > snapshot_id))
+            & (c.content == "data"))
         if partition_ids is not None:
             if not partition_ids:
                 return FILE_SCHEMA.empty_table()
@@ -753,7 +758,7 @@ class Metastore:
         """Files added by snapshots in ``(after, upto]``, removed since or not."""
         c = t.files.c
         query = sa.select(*[c[n] for n in FILE_COLUMNS]).where(
-            (c.table_id == table_id) & (c.added_snapshot <= upto))
+            (c.table_id == table_id) & (c.added_snapshot <= upto) & (c.content == "data"))
         if after is not None:
             query = query.where(c.added_snapshot > after)
         if conn is None:
@@ -854,7 +859,7 @@ class Metastore:
                     f"Another commit removed {len(change.remove) - res.rowcount} of the files "
                     f"this {change.kind} read; the table is unchanged. Retry the {change.kind} "
                     "on the current snapshot.")
-        partition_ids = self._partition_ids(conn, table_id, change.add)
+        partition_ids = self._partition_ids(conn, table_id, [*change.add, *change.changelog])
         if change.add:
             conn.execute(t.files.insert(), [
                 dict(table_id=table_id, path=f.path, partition_id=partition_ids.get(
@@ -867,6 +872,14 @@ class Metastore:
                     seq_min=new_id if f.seq_min is None else f.seq_min,
                     seq_max=new_id if f.seq_max is None else f.seq_max)
                 for f in change.add])
+        if change.changelog:
+            conn.execute(t.files.insert(), [
+                dict(table_id=table_id, path=f.path, partition_id=partition_ids.get(
+                    f.partition_path), bucket=f.bucket, added_snapshot=new_id,
+                    removed_snapshot=new_id + 1, schema_id=f.schema_id, row_count=f.row_count,
+                    file_size=f.file_size, content="changelog", stats=f.stats,
+                    key_min=f.key_min, key_max=f.key_max, seq_min=new_id, seq_max=new_id)
+                for f in change.changelog])
         totals = (0, 0)
         committed_at = now_ms()
         if current is not None:
@@ -950,8 +963,8 @@ class Metastore:
         return None if value is None else int(value)
 
     def files_changed(self, table_id: int, after: int, upto: int) -> tuple[pa.Table, pa.Table]:
-        """Files added, and files removed, by the snapshots in ``(after, upto]`` (two indexed
-        range queries in one read transaction)."""
+        """Files added (data and changelog files: see ``content``), and data files removed, by
+        the snapshots in ``(after, upto]`` (two indexed range queries)."""
         c = t.files.c
         cols = [c[n] for n in FILE_COLUMNS]
         in_table = c.table_id == table_id
@@ -960,8 +973,8 @@ class Metastore:
                 in_table & (c.added_snapshot > after) & (c.added_snapshot <= upto))
                 .order_by(c.file_id)).all()
             removed = conn.execute(sa.select(*cols).where(
-                in_table & (c.removed_snapshot > after) & (c.removed_snapshot <= upto))
-                .order_by(c.file_id)).all()
+                in_table & (c.removed_snapshot > after) & (c.removed_snapshot <= upto)
+                & (c.content == "data")).order_by(c.file_id)).all()
         return _rows_to_table(added, FILE_SCHEMA), _rows_to_table(removed, FILE_SCHEMA)
 
     def consumer_next_snapshot(self, table_id: int, consumer_id: str) -> int | None:

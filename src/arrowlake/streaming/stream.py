@@ -426,7 +426,12 @@ class Stream:
         added, removed = self._prune(self._keep(added)), self._prune(self._keep(removed))
         view = self._view(sid)
         splits: list[ChangeSplit] = []
-        if self._merge is not None:
+        is_log = pc.equal(added.column("content"), "changelog")
+        changelog, added = added.filter(is_log), added.filter(pc.invert(is_log))
+        if self._merge is not None and changelog.num_rows:
+            # The table's changelog producer wrote what this snapshot changed.
+            splits += self._splits(view, changelog, row_kind=None, merged=False)
+        elif self._merge is not None:
             if removed.num_rows:
                 # An overwrite of partitions: their rows as they were, retracted.
                 splits += self._splits(self._view(sid - 1), removed, row_kind="-D",
@@ -483,6 +488,7 @@ class Stream:
         if len(snaps) != end - start:
             return None
         added, _ = ms.files_changed(tid, start, end)
+        added = added.filter(pc.equal(added.column("content"), "data"))
         skipped = [int(r["snapshot_id"]) for r in snaps if r["kind"] in _NO_CHANGE_KINDS]
         if skipped and added.num_rows:
             added = added.filter(pc.invert(pc.is_in(added.column("added_snapshot"),

@@ -21,6 +21,7 @@ from arrowlake.io.stats import encode_partition_value, encode_scalar
 from arrowlake.io.writer import DataFileWriter, FileTarget, close_all, split_by_columns
 from arrowlake.metastore.store import NewFile
 from arrowlake.schema import FIELD_ID_KEY, find_field
+from arrowlake.table import changelog
 from arrowlake.table.bucketing import bucket_of
 from arrowlake.table.merging import (
     ENGINES,
@@ -58,7 +59,7 @@ def _key_type_ok(t: pa.DataType) -> bool:
 
 
 _OPTION_NAMES = ("merge_engine", "sequence_field", "aggregations", "ignore_delete",
-                 "partial_update_ignore_delete", "default_aggregation")
+                 "partial_update_ignore_delete", "default_aggregation", "changelog_producer")
 
 
 def validate_pk_options(schema: pa.Schema, primary_key: Sequence[str],
@@ -134,6 +135,9 @@ def validate_pk_options(schema: pa.Schema, primary_key: Sequence[str],
     if options.get("default_aggregation"):
         props["fields.default-aggregate-function"] = str(options["default_aggregation"])
     props.setdefault("compaction.max-runs", "5")
+    if "changelog_producer" in options:
+        props["changelog-producer"] = changelog.check_producer(options["changelog_producer"],
+                                                               primary_key)
     # Builds the engine once so bad aggregation functions fail now.
     engine_from_options(engine_name, schema, list(primary_key), _engine_options(props))
     return schema, buckets, props
@@ -275,14 +279,15 @@ def with_kinds(rows: pa.Table, kinds: pa.Array | RowKind) -> pa.Table:
 def commit_rows(table: Table, rows: pa.Table, kind: str, *, commit_id: str | None = None,
                 summary: dict[str, Any] | None = None) -> WriteResult:
     """Write ``rows`` (with ``_row_kind``) as runs and commit them; then compact if needed."""
-    from arrowlake.table.writes import WriteResult, commit_files
+    from arrowlake.table.writes import WriteResult
 
     table.refresh()
     base = table.current_snapshot_id
     if rows.num_rows == 0:
         return WriteResult(None, kind)
     files = write_runs(table, rows)
-    result = commit_files(table, kind, base, files, commit_id=commit_id, summary=summary)
+    result = changelog.commit_runs(table, kind, base, files, rows, commit_id=commit_id,
+                                   summary=summary)
     if result.snapshot_id is not None and not result.duplicate:
         from arrowlake.table.compaction import compact_if_needed
 
