@@ -428,7 +428,7 @@ class Stream:
         splits: list[ChangeSplit] = []
         is_log = pc.equal(added.column("content"), "changelog")
         changelog, added = added.filter(is_log), added.filter(pc.invert(is_log))
-        if self._merge is not None and changelog.num_rows:
+        if self._merge is not None and (changelog.num_rows or "changelog" in snap.summary):
             # The table's changelog producer wrote what this snapshot changed.
             splits += self._splits(view, changelog, row_kind=None, merged=False)
         elif self._merge is not None:

@@ -235,7 +235,7 @@ def _restrict(rows: pa.Table, keys: pa.Table, key: Sequence[str]) -> pa.Table:
     indexed = rows.select(list(key)).append_column(
         _INDEX, pa.array(np.arange(rows.num_rows, dtype=np.int64)))
     hits = indexed.join(keys, keys=list(key), join_type="left semi").column(_INDEX)
-    return rows.take(pc.sort_indices(hits))
+    return rows.take(pa.array(np.sort(hits.to_numpy())))
 
 
 # -- committing -------------------------------------------------------------------------------
@@ -264,8 +264,11 @@ def commit_runs(table: Table, kind: str, base: int | None, runs: list[NewFile],
                     added.column("bucket"), pa.array(sorted(units), pa.int32()))).as_py():
                 raise CommitConflict("stale changelog")
 
+        # Streams read only the changelog of a snapshot that says it has one (possibly empty:
+        # a lookup that found no value changed), never its runs.
+        noted = {**(summary or {}), "changelog": producer}
         change = SnapshotChange(kind=kind, schema_id=table._record.current_schema_id,
-                                add=runs, commit_id=commit_id, summary=summary or {},
+                                add=runs, commit_id=commit_id, summary=noted,
                                 on_rebase=stale, changelog=changelog)
         try:
             result = table._metastore.commit(table._record.table_id, seen, change)
