@@ -56,7 +56,7 @@ def test_tail_prints_changes_with_row_kinds_and_records_consumer_progress(tmp_pa
 def test_tail_runs_until_ctrl_c(tmp_path):
     path = tmp_path / "lake"
     with al.connect(path) as lake:
-        t = lake.create_table("s.t", SCHEMA, primary_key=["k"], buckets=2)
+        lake.create_table("s.t", SCHEMA, primary_key=["k"], buckets=2)
     proc = subprocess.Popen(
         [sys.executable, "-m", "arrowlake.cli.main", "--lake", str(path), "--json", "tail",
          "s.t", "--from", "earliest", "--poll-interval", "0.05"],
