@@ -129,7 +129,7 @@ def catch_up(lake: al.Lake, snapshots: int) -> tuple[float, float]:
     table = lake.create_table("b.catchup", SCHEMA, primary_key=["id"], buckets=4)
     table.upsert(rows(0, 1000, rng))
     first = table.current_snapshot_id + 1
-    for i in range(snapshots):
+    for _ in range(snapshots):
         table.upsert(rows(0, 0, rng, rng.choice(5000, 10, replace=False).astype(np.int64)))
 
     def per_snapshot() -> None:
@@ -160,7 +160,7 @@ def lookup_cost(lake: al.Lake, n_rows: int, upsert_rows: int) -> tuple[float, fl
                 np.arange(n_rows + i * upsert_rows, n_rows + i * upsert_rows + upsert_rows - half)
             ]).astype(np.int64)
             data = rows(0, 0, rng, ids)
-            total += timed(lambda data=data: table.upsert(data))
+            total += timed(lambda t=table, d=data: t.upsert(d))
         out.append(total)
     return out[0], out[1]
 
