@@ -45,7 +45,7 @@ from arrowlake.metastore.store import NewFile, SnapshotChange
 from arrowlake.scan.planning import file_schemas, file_tasks
 from arrowlake.scan.split import FileTask, Split
 from arrowlake.table.bucketing import bucket_of
-from arrowlake.table.merging import ROW_KIND, RowKind
+from arrowlake.table.merging import ROW_KIND, SEQUENCE, RowKind
 from arrowlake.table.writes import WriteResult, _discard, _result, commit_files
 
 if TYPE_CHECKING:
@@ -144,6 +144,18 @@ def _merged(table: Table, base: int | None, tasks: Sequence[FileTask], expr: Exp
     return split.to_arrow()
 
 
+def _stored(table: Table, base: int | None, tasks: Sequence[FileTask]) -> pa.Table:
+    """The rows of just-written runs as stored, with their row kinds in ``_row_kind``."""
+    view = table._view(base, current_schema=True)
+    schema = view.schema.append(pk.KIND_FIELD)
+    schemas = {sid: s.append(pk.KIND_FIELD) for sid, s in file_schemas(view, tasks).items()}
+    split = Split(view.storage, tuple(tasks), schemas, schema, tuple(schema.names),
+                  AlwaysTrue(), None, None, partition_by=tuple(table._record.partition_by))
+    rows = split.to_arrow()
+    return rows.rename_columns([ROW_KIND if c == pk.KIND_COLUMN else c
+                                for c in rows.column_names])
+
+
 def _pairs(left: pa.Table, right: pa.Table, key: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     """Row index pairs ``(i, j)`` with equal keys (keys are unique on each side)."""
     if left.num_rows == 0 or right.num_rows == 0:
@@ -167,7 +179,7 @@ def _same(before: pa.Table, after: pa.Table) -> np.ndarray:
             same &= False  # no comparison kernel (nested types): count it as changed
             continue
         both_null = pc.and_(pc.is_null(x), pc.is_null(y))
-        same &= pc.fill_null(pc.or_(eq, both_null), False).to_numpy(zero_copy_only=False)
+        same &= pc.fill_null(pc.or_kleene(eq, both_null), False).to_numpy(zero_copy_only=False)
     return same
 
 
@@ -198,7 +210,24 @@ def lookup_changes(table: Table, base: int | None, rows: pa.Table,
         expr = and_all([col(key[0]) >= low.as_py(), col(key[0]) <= high.as_py()])
     touched = rows.select(key).group_by(key).aggregate([])
     before = _restrict(_merged(table, base, committed, expr), touched, key)
-    after = _restrict(_merged(table, base, [*committed, *fresh], expr), touched, key)
+    spec = table._merge_spec()
+    if spec is not None and spec.sequence_field is None:
+        # Merging the current rows (one version per key) with the new runs equals merging
+        # every version: what a compaction of the older runs into one relies on too. With a
+        # sequence field it does not (kept tombstones order against sequence values), so
+        # those tables read the merge of all runs again instead.
+        written = _stored(table, base, fresh)
+        written = written.append_column(SEQUENCE,
+                                        pa.array(np.ones(written.num_rows, np.int64)))
+        current = before.append_column(
+            written.schema.field(ROW_KIND), pa.array(np.zeros(before.num_rows, np.int8))
+        ).append_column(written.schema.field(SEQUENCE),
+                        pa.array(np.zeros(before.num_rows, np.int64)))
+        versions = pa.concat_tables([current.cast(written.schema), written])
+        after = spec.engine.merge(versions, key, None, False,
+                                  constant=spec.partition_by).select(before.column_names)
+    else:
+        after = _restrict(_merged(table, base, [*committed, *fresh], expr), touched, key)
     ib, ia = _pairs(before, after, key)
     gone = np.ones(before.num_rows, dtype=bool)
     gone[ib] = False
