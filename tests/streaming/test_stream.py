@@ -263,3 +263,24 @@ def test_four_shards_see_every_change_exactly_once(sqlite_lake, table_kind):
         t.stream(shard=(4, 4))
     with pytest.raises(ValidationError):
         t.stream(shard=(0, 2), buckets=[1])
+
+
+def test_next_change_is_read_ahead_with_the_same_rows(sqlite_lake):
+    t = sqlite_lake.create_table("s.kv", KEYED, primary_key=["k"], buckets=2)
+    for i in range(4):
+        t.upsert({"k": [i, i + 10], "region": ["EU", "US"], "amount": [i, i]})
+    t.delete("k = 11")
+
+    def read(prefetch: bool) -> tuple[list, list[bool]]:
+        out, ahead = [], []
+        for change in t.stream(start="earliest", include_row_kind=True, stop_at_latest=True,
+                               catch_up_threshold=None, prefetch=prefetch):
+            ahead.append(change.prefetched is not None)
+            out.append((change.snapshot_id, rows(change)))
+        return out, ahead
+
+    with_prefetch, ahead = read(True)
+    without, none_ahead = read(False)
+    assert with_prefetch == without
+    assert ahead == [False, True, True, True, True]
+    assert not any(none_ahead)

@@ -9,7 +9,7 @@ constant kind for the whole split (``+I`` for added files of append tables and f
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Union
 
@@ -103,12 +103,24 @@ class Change:
     splits: tuple[AnySplit, ...]
     schema: pa.Schema
     first_snapshot_id: int
+    # The rows, when the stream read them ahead while the previous change was processed.
+    prefetched: pa.Table | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def row_count(self) -> int:
+        """Rows in the change's files before filtering (an upper bound of its rows)."""
+        return sum(split.row_count for split in self.splits)
 
     def to_batches(self) -> Iterator[pa.RecordBatch]:
+        if self.prefetched is not None:
+            yield from self.prefetched.to_batches()
+            return
         for split in self.splits:
             yield from split.to_batches()
 
     def to_arrow(self) -> pa.Table:
+        if self.prefetched is not None:
+            return self.prefetched
         tables = [split.to_arrow() for split in self.splits]
         if not tables:
             return self.schema.empty_table()

@@ -20,7 +20,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -56,6 +56,9 @@ if TYPE_CHECKING:
 _NO_CHANGE_KINDS = frozenset({"compact"})
 #: Snapshots fetched per poll query.
 _POLL_BATCH = 1000
+#: The next change is read ahead (while the caller processes the current one) up to this many
+#: rows; larger ones are only planned ahead.
+_PREFETCH_ROWS = 2_000_000
 #: Splits of a change hold up to this many bytes of files.
 _SPLIT_BYTES = 128 * 1024 * 1024
 
@@ -596,7 +599,14 @@ class Stream:
             return
         if self._pool is None:
             self._pool = ThreadPoolExecutor(1, thread_name_prefix="arrowlake-stream")
-        self._prefetched[nxt.snapshot_id] = self._pool.submit(self._plan, nxt)
+        self._prefetched[nxt.snapshot_id] = self._pool.submit(self._plan_ahead, nxt)
+
+    def _plan_ahead(self, snap: _Snapshot) -> Change | None:
+        """Plan a snapshot and, when its files hold at most ``_PREFETCH_ROWS`` rows, read it."""
+        change = self._plan(snap)
+        if change is None or change.row_count > _PREFETCH_ROWS or self._closed:
+            return change
+        return replace(change, prefetched=change.to_arrow())
 
 
 def open_stream(table: Table, **options: Any) -> Stream:
