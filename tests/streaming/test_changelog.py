@@ -14,8 +14,8 @@ from tests.conftest import METASTORES, make_lake
 
 def changes(t: al.Table, **kw) -> list[tuple[str, list[tuple]]]:
     """Per change: its kind and its rows as tuples ``(*values, row_kind)`` in stream order."""
-    stream = t.stream(start="earliest", include_row_kind=True, catch_up_threshold=None,
-                      stop_at_latest=True, **kw)
+    kw.setdefault("start", "earliest")
+    stream = t.stream(include_row_kind=True, catch_up_threshold=None, stop_at_latest=True, **kw)
     return [(c.kind, [tuple(r.values()) for r in c.to_arrow().to_pylist()]) for c in stream]
 
 
@@ -251,4 +251,34 @@ def test_lookup_matches_a_model_for_merging_engines(tmp_path_factory, engine, hi
     assert [r for r in got if r] == [r for r in expected if r]
     assert sorted(tuple(r.values()) for r in t.to_arrow().to_pylist()) == \
         sorted((k, *v) for k, v in state.items())
+    lake.close()
+
+
+@pytest.mark.parametrize("kind", METASTORES)
+def test_full_compaction_producer_emits_the_difference_between_full_compactions(
+        kind, tmp_path, request):
+    lake = make_lake(kind, tmp_path, request)
+    t = lake.create_table("s.t", SCHEMA, primary_key=["k"], buckets=2,
+                          changelog_producer="full-compaction")
+    t.upsert({"k": [1, 2], "v": ["a", "b"]})
+    t.compact(full=True)
+    first = t.current_snapshot_id
+    t.upsert({"k": [1], "v": ["A"]})
+    t.delete("k = 2")
+    t.upsert({"k": [3], "v": ["c"]})
+    t.upsert({"k": [3, 4], "v": ["c2", "d"]})
+    t.delete("k = 4")  # inserted and deleted between compactions: nothing
+    t.compact(full=True)
+    assert t.compact(full=True).snapshot_id is None  # nothing changed since
+    assert by_key(changes(t)) == [
+        ("compact", [(1, "a", "+I"), (2, "b", "+I")]),
+        ("compact", [(1, "a", "-U"), (1, "A", "+U"), (2, "b", "-D"), (3, "c2", "+I")]),
+    ]
+    # The reference state of the next full compaction survives expiry.
+    t.upsert({"k": [5], "v": ["e"]})
+    reference = t.current_snapshot_id - 1
+    result = t.expire_snapshots(retain_last=1)
+    assert first in result.expired_snapshots and reference not in result.expired_snapshots
+    t.compact(full=True)
+    assert by_key(changes(t, start=reference + 1)) == [("compact", [(5, "e", "+I")])]
     lake.close()

@@ -1,52 +1,41 @@
 """Fast catch-up on primary-key tables: the net change of a range of snapshots per key.
 
-For the keys that runs committed in ``(a, b]`` touched, the merged row at snapshot ``a``
-(``before``) is compared with the merged row at snapshot ``b`` (``after``):
+The buckets that runs committed in ``(a, b]`` touched (known from the metastore alone) are read
+merged at snapshot ``a`` (``before``) and at ``b`` (``after``); keys outside those buckets are
+unchanged. Per key:
 
 - present after, absent before: ``+I`` with the final row;
-- present in both: ``+U`` with the final row (also when the values ended where they began);
+- present in both with some value changed: ``+U`` with the final row;
 - present before, absent after: ``-D`` with the row as it was at ``a``;
-- absent in both (inserted and deleted within the range): nothing.
+- unchanged, or absent in both (inserted and deleted within the range): nothing.
 
-A :class:`NetChangeSplit` covers whole buckets, reads its three parts with the ordinary split
+A :class:`NetChangeSplit` covers whole buckets, reads both states with the ordinary split
 reader (merged on read), and is picklable like any split.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from arrowlake.expressions import AlwaysTrue, Expr, evaluate
 from arrowlake.scan.split import Split
-from arrowlake.streaming.change import ROW_KIND_COLUMN, ROW_KIND_FIELD
+from arrowlake.streaming.change import ROW_KIND_FIELD
+from arrowlake.table.changelog import diff
+from arrowlake.table.merging import ROW_KIND, RowKind
 
-_INDEX = "__al_row"
-
-
-def _member(rows: pa.Table, other: pa.Table, key: Sequence[str]) -> np.ndarray:
-    """Per row of ``rows``: whether its key occurs in ``other`` (a hash semi join on the key
-    columns only, so value columns of any type never enter the join)."""
-    mask = np.zeros(rows.num_rows, dtype=bool)
-    if rows.num_rows == 0 or other.num_rows == 0:
-        return mask
-    left = rows.select(list(key)).append_column(
-        _INDEX, pa.array(np.arange(rows.num_rows, dtype=np.int64)))
-    hits = left.join(other.select(list(key)), keys=list(key), join_type="left semi")
-    mask[hits.column(_INDEX).to_numpy()] = True
-    return mask
+_KIND_NAMES = pa.array(["+I", "-U", "+U", "-D"], pa.string())
 
 
 @dataclass(frozen=True)
 class NetChangeSplit:
     """The net change of some buckets over a range of snapshots (see the module docs)."""
 
-    touched: Split  # the runs committed in the range, key columns only, read as written
-    before: Split | None  # merged rows of those buckets at the range's start (None: empty)
+    before: Split | None  # merged rows of the buckets at the range's start (None: empty)
     after: Split | None  # merged rows at its end (None: the buckets ended empty)
     key: tuple[str, ...]
     columns: tuple[str, ...]
@@ -54,51 +43,35 @@ class NetChangeSplit:
     filter: Expr
 
     @property
+    def _any(self) -> Split:
+        split = self.after if self.after is not None else self.before
+        assert split is not None
+        return split
+
+    @property
     def row_count(self) -> int:
-        return self.touched.row_count
+        return sum(s.row_count for s in (self.before, self.after) if s is not None)
 
     def output_schema(self) -> pa.Schema:
-        base = self.after if self.after is not None else self.before
-        assert base is not None
-        schema = pa.schema([base.schema.field(c) for c in self.columns])
+        schema = pa.schema([self._any.schema.field(c) for c in self.columns])
         return schema.append(ROW_KIND_FIELD) if self.include_row_kind else schema
 
     def to_arrow(self) -> pa.Table:
-        schema = self.output_schema()
-        touched = self.touched.to_arrow().group_by(list(self.key)).aggregate([])
-        before = self._restricted(self.before, touched)
-        after = self._restricted(self.after, touched)
-        existed = _member(after, before, self.key)
-        remains = _member(before, after, self.key)
-        parts = [(before.filter(pa.array(~remains)), "-D"),
-                 (after.filter(pa.array(~existed)), "+I"),
-                 (after.filter(pa.array(existed)), "+U")]
-        out = []
-        for rows, kind in parts:
-            if rows.num_rows == 0:
-                continue
-            if not isinstance(self.filter, AlwaysTrue):
-                rows = rows.filter(evaluate(self.filter, rows))
-            arrays = [rows.column(c) for c in self.columns]
-            if self.include_row_kind:
-                arrays.append(pa.chunked_array(
-                    [pa.repeat(pa.scalar(kind, pa.string()), rows.num_rows)], pa.string()))
-            out.append(pa.Table.from_arrays(arrays, schema=schema))
-        return pa.concat_tables(out) if out else schema.empty_table()
-
-    def _restricted(self, split: Split | None, keys: pa.Table) -> pa.Table:
-        if split is None:
-            base = self.after if self.after is not None else self.before
-            assert base is not None
-            return pa.schema([base.schema.field(c) for c in base.columns]).empty_table()
-        rows = split.to_arrow()
-        return rows.filter(pa.array(_member(rows, keys, self.key)))
+        empty = pa.schema([self._any.schema.field(c) for c in self._any.columns]).empty_table()
+        before = self.before.to_arrow() if self.before is not None else empty
+        after = self.after.to_arrow() if self.after is not None else empty
+        changes = diff(before, after, self.key)
+        kinds = changes.column(ROW_KIND)
+        changes = changes.filter(pc.not_equal(kinds, int(RowKind.UPDATE_BEFORE)))
+        if not isinstance(self.filter, AlwaysTrue):
+            changes = changes.filter(evaluate(self.filter, changes))
+        arrays = [changes.column(c) for c in self.columns]
+        if self.include_row_kind:
+            arrays.append(pc.take(_KIND_NAMES, changes.column(ROW_KIND)))
+        return pa.Table.from_arrays(arrays, schema=self.output_schema())
 
     def to_batches(self) -> Iterator[pa.RecordBatch]:
         yield from self.to_arrow().to_batches()
 
     def __arrow_c_stream__(self, requested_schema: Any = None) -> Any:
         return self.to_arrow().__arrow_c_stream__(requested_schema)
-
-
-__all__ = ["ROW_KIND_COLUMN", "NetChangeSplit"]

@@ -422,8 +422,8 @@ class Stream:
 
     def _plan(self, snap: _Snapshot) -> Change | None:
         """The change of one snapshot, or None when it changed no rows of this stream."""
-        if snap.kind in _NO_CHANGE_KINDS:
-            return None
+        if snap.kind in _NO_CHANGE_KINDS and "changelog" not in snap.summary:
+            return None  # (a full compaction of a full-compaction table has a changelog)
         sid = snap.snapshot_id
         added, removed = self._metastore.files_changed(self._table_id, sid - 1, sid)
         added, removed = self._prune(self._keep(added)), self._prune(self._keep(removed))
@@ -534,11 +534,9 @@ class Stream:
 
         before_files = in_touched(ms.live_files(tid, start)) if start > 0 else None
         after_files = in_touched(ms.live_files(tid, end))
-        views = {"touched": self._view(end), "after": self._view(end),
-                 "before": self._view(start)}
+        views = {"after": self._view(end), "before": self._view(start)}
         groups: dict[int, dict[str, list[Any]]] = {}
-        for name, files in (("touched", added), ("after", after_files),
-                            ("before", before_files)):
+        for name, files in (("after", after_files), ("before", before_files)):
             if files is None or files.num_rows == 0:
                 continue
             units = unit_ids(files).to_pylist()
@@ -559,17 +557,13 @@ class Stream:
             size += unit_size
         out: list[AnySplit] = []
         for parts in packed:
-            if "touched" not in parts:
-                continue
-            touched = self._split(views["touched"], parts["touched"], merged=False,
-                                  columns=key, expr=AlwaysTrue())
             before = self._split(views["before"], parts["before"], merged=True,
                                  columns=everything, expr=AlwaysTrue()) \
                 if parts.get("before") else None
             after = self._split(views["after"], parts["after"], merged=True,
                                 columns=everything, expr=AlwaysTrue()) \
                 if parts.get("after") else None
-            out.append(NetChangeSplit(touched, before, after, key, self._columns,
+            out.append(NetChangeSplit(before, after, key, self._columns,
                                       self.include_row_kind, self._expr))
         return out
 

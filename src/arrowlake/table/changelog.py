@@ -16,6 +16,10 @@ decides what change streams read for a snapshot of a primary-key table:
   merged row). When another commit touching the same buckets lands first, the changelog is
   computed again on top of it before the commit (the runs are kept).
 
+- ``full-compaction``: writes yield nothing; ``compact(full=True)`` commits the difference
+  between the merged table at the previous full compaction and now (``+I``, ``-U``/``+U``,
+  ``-D``), see :func:`full_compaction_changelog`.
+
 Changelog files are recorded with the commit (``SnapshotChange.changelog``): read by their
 snapshot only, never part of a scan, and deleted when that snapshot expires.
 """
@@ -51,7 +55,7 @@ from arrowlake.table.writes import WriteResult, _discard, _result, commit_files
 if TYPE_CHECKING:
     from arrowlake.table.table import Table
 
-PRODUCERS = ("none", "input", "lookup")
+PRODUCERS = ("none", "input", "lookup", "full-compaction")
 _INDEX = "__al_row"
 
 
@@ -62,8 +66,7 @@ def changelog_producer(table: Table) -> str:
 def check_producer(value: object, primary_key: Sequence[str]) -> str:
     if value not in PRODUCERS:
         raise ValidationError(
-            f"Unknown changelog_producer {value!r}; valid ones are {', '.join(PRODUCERS)} "
-            "('full-compaction' is not built yet)")
+            f"Unknown changelog_producer {value!r}; valid ones are {', '.join(PRODUCERS)}")
     if value != "none" and not primary_key:
         raise ValidationError(
             "changelog_producer needs a primary-key table: append tables' streams are exact "
@@ -228,6 +231,12 @@ def lookup_changes(table: Table, base: int | None, rows: pa.Table,
                                   constant=spec.partition_by).select(before.column_names)
     else:
         after = _restrict(_merged(table, base, [*committed, *fresh], expr), touched, key)
+    return diff(before, after, key)
+
+
+def diff(before: pa.Table, after: pa.Table, key: Sequence[str]) -> pa.Table:
+    """What turns ``before`` into ``after`` (both one merged row per key): ``-U``/``+U`` for
+    changed rows, ``-D`` for keys gone, ``+I`` for new keys (table columns + ``_row_kind``)."""
     ib, ia = _pairs(before, after, key)
     gone = np.ones(before.num_rows, dtype=bool)
     gone[ib] = False
@@ -239,7 +248,7 @@ def lookup_changes(table: Table, base: int | None, rows: pa.Table,
     new_rows = a_pair.filter(pa.array(changed))
     n = old_rows.num_rows
     # -U old, +U new, interleaved so each key's before-image directly precedes its new row.
-    updates = pa.concat_tables([old_rows, new_rows])
+    updates = pa.concat_tables([old_rows, new_rows.cast(old_rows.schema)])
     order = np.empty(2 * n, dtype=np.int64)
     order[0::2] = np.arange(n)
     order[1::2] = np.arange(n, 2 * n)
@@ -247,15 +256,34 @@ def lookup_changes(table: Table, base: int | None, rows: pa.Table,
     kinds = np.empty(2 * n, dtype=np.int8)
     kinds[0::2] = int(RowKind.UPDATE_BEFORE)
     kinds[1::2] = int(RowKind.UPDATE_AFTER)
-    parts = [
-        (before.filter(pa.array(gone)), RowKind.DELETE),
-        (after.filter(pa.array(new)), RowKind.INSERT),
-    ]
     out = [updates.append_column(ROW_KIND, pa.array(kinds))]
-    for part, kind in parts:
+    for part, kind in ((before.filter(pa.array(gone)), RowKind.DELETE),
+                       (after.filter(pa.array(new)).cast(before.schema), RowKind.INSERT)):
         out.append(part.append_column(
             ROW_KIND, pa.array(np.full(part.num_rows, int(kind), dtype=np.int8))))
     return pa.concat_tables(out)
+
+
+def last_full_compaction(table: Table) -> int | None:
+    """The snapshot of the table's last full compaction that wrote a changelog, if any."""
+    snaps = table._metastore.snapshots(table._record.table_id)
+    hits = snaps.filter(pc.match_substring(snaps.column("summary"),
+                                           '"changelog": "full-compaction-diff"'))
+    return None if hits.num_rows == 0 else int(hits.column("snapshot_id")[-1].as_py())
+
+
+def full_compaction_changelog(table: Table, base: int) -> tuple[list[NewFile], dict[str, str]]:
+    """For ``compact(full=True)`` of a ``full-compaction`` table: changelog files with the
+    difference between the merged table at the last full compaction and at ``base``, and the
+    summary entry marking this snapshot as the new reference."""
+    key = list(table._record.primary_key)
+    previous = last_full_compaction(table)
+    after = table.scan(snapshot=base).to_arrow()
+    before = table.scan(snapshot=previous).to_arrow().cast(after.schema) \
+        if previous is not None else after.schema.empty_table()
+    changes = diff(before, after, key)
+    files = _write(table, changes) if changes.num_rows else []
+    return files, {"changelog": "full-compaction-diff"}
 
 
 def _restrict(rows: pa.Table, keys: pa.Table, key: Sequence[str]) -> pa.Table:
@@ -277,6 +305,10 @@ def commit_runs(table: Table, kind: str, base: int | None, runs: list[NewFile],
     producer = changelog_producer(table)
     if producer == "none":
         return commit_files(table, kind, base, runs, commit_id=commit_id, summary=summary)
+    if producer == "full-compaction":
+        # Only full compactions write a changelog: streams skip this snapshot.
+        return commit_files(table, kind, base, runs, commit_id=commit_id,
+                            summary={**(summary or {}), "changelog": producer})
     units = {f.bucket for f in runs if f.bucket is not None}
     for attempt in range(10):
         if producer == "input":

@@ -23,6 +23,7 @@ from arrowlake.expressions import AlwaysTrue
 from arrowlake.metastore.store import NewFile, SnapshotChange
 from arrowlake.scan.planning import file_tasks, make_splits
 from arrowlake.scan.split import FileTask
+from arrowlake.table import changelog
 
 if TYPE_CHECKING:
     from arrowlake.table.table import Table
@@ -113,7 +114,11 @@ def compact(table: Table, full: bool = False,
                 pick = runs
         if pick:
             plan.append((pick, pick[0] is runs[0]))
-    if not plan:
+    log_files: list[NewFile] = []
+    log_summary: dict[str, str] = {}
+    if full and changelog.changelog_producer(table) == "full-compaction":
+        log_files, log_summary = changelog.full_compaction_changelog(table, base)
+    if not plan and not log_files:
         return CompactionResult(None)
     merge = table._merge_spec()
     columns = view.schema.names
@@ -131,15 +136,15 @@ def compact(table: Table, full: bool = False,
             kind="compact", schema_id=table._record.current_schema_id, add=added,
             remove=[f.file_id for runs, _ in plan for f in runs],
             removed_rows=sum(f.row_count for runs, _ in plan for f in runs),
-            summary={"buckets": len(plan)})
+            summary={"buckets": len(plan), **log_summary}, changelog=log_files)
         try:
             result = table._metastore.commit(table._record.table_id, base, change)
         except CommitConflict:
             # Another compaction (or a rewrite) took some of these runs first: drop this one.
-            _discard(table, added)
+            _discard(table, [*added, *log_files])
             return CompactionResult(None, dropped=True)
     except BaseException:
-        _discard(table, added)
+        _discard(table, [*added, *log_files])
         raise
     return CompactionResult(result.snapshot_id, len(plan), len(change.remove), len(added))
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import pyarrow.compute as pc
 
 from arrowlake.errors import ValidationError
+from arrowlake.table import changelog
 
 if TYPE_CHECKING:
     from arrowlake.table.table import Table
@@ -100,6 +101,9 @@ def expire_snapshots(table: Table, older_than: datetime | timedelta | None = Non
         candidates = candidates.filter(pc.less(committed, cutoff))
     protected = set(table._metastore.tags(table._record.table_id).values())
     protected.add(table.current_snapshot_id or -1)
+    if changelog.changelog_producer(table) == "full-compaction":
+        # The next full compaction's changelog is the difference from this one's state.
+        protected.add(changelog.last_full_compaction(table) or -1)
     ids = [s for s in candidates.column("snapshot_id").to_pylist() if s not in protected]
     kept, expired_consumers = _consumer_holds(table, ids)
     for held in kept.values():
