@@ -9,6 +9,7 @@ shorten waits: a stream that misses one still finds the commit at its next poll.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -49,41 +50,65 @@ def publish(url: str, table_id: int) -> None:
 
 
 class _PgListener(threading.Thread):
-    """One daemon thread per PostgreSQL metastore URL: LISTEN, republish each notification."""
+    """One daemon thread per PostgreSQL metastore URL: LISTEN, republish each notification.
+    It holds one connection while streams of that URL are open and closes it after the last."""
 
     def __init__(self, url: str, engine: Any) -> None:
         super().__init__(name=f"arrowlake-listen-{url[:40]}", daemon=True)
         self.url = url
         self.engine = engine
         self.ready = threading.Event()
+        self.users = 0
+        self.stop = threading.Event()
 
     def run(self) -> None:
-        while True:
+        while not self.stop.is_set():
+            raw = None
             try:
                 raw = self.engine.raw_connection()
                 conn = raw.driver_connection
                 conn.autocommit = True
                 conn.execute(f"LISTEN {CHANNEL}")
                 self.ready.set()
-                for note in conn.notifies():
-                    try:
-                        table_id = int(note.payload)
-                    except ValueError:
-                        continue
-                    publish(self.url, table_id)
-            except Exception:
+                while not self.stop.is_set():
+                    for note in conn.notifies(timeout=0.5):
+                        try:
+                            table_id = int(note.payload)
+                        except ValueError:
+                            continue
+                        publish(self.url, table_id)
+            except Exception:  # a lost connection: reconnect after a pause
                 self.ready.set()
-                threading.Event().wait(1.0)
+                self.stop.wait(1.0)
+            finally:
+                if raw is not None:
+                    with contextlib.suppress(Exception):  # closing a broken connection
+                        raw.invalidate()  # LISTEN state must not go back to the pool
 
 
 _PG_LISTENERS: dict[str, _PgListener] = {}
 
 
-def listen(url: str, engine: Any) -> None:
-    """Make sure this process listens for commit notifications of a PostgreSQL metastore."""
+def listen(url: str, engine: Any) -> Callable[[], None]:
+    """Listen for commit notifications of a PostgreSQL metastore while the returned function
+    has not been called (one connection per URL, shared by the process's streams)."""
     with _LOCK:
         listener = _PG_LISTENERS.get(url)
         if listener is None:
             listener = _PG_LISTENERS[url] = _PgListener(url, engine)
             listener.start()
+        listener.users += 1
     listener.ready.wait(10)
+    done = threading.Event()
+
+    def unlisten() -> None:
+        if done.is_set():
+            return
+        done.set()
+        with _LOCK:
+            listener.users -= 1
+            if listener.users == 0:
+                listener.stop.set()
+                _PG_LISTENERS.pop(url, None)
+
+    return unlisten

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import json
 import threading
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -153,9 +154,20 @@ class Stream:
         self._wake = threading.Event()
         self._async_wakers: list[Callable[[], None]] = []
         self._lock = threading.Lock()
-        self._unsubscribe = signals.subscribe(self._metastore.url, self._table_id, self._signal)
+        # Weakly referenced from the signal registry: a stream dropped without close() is
+        # collected, and its finalizer releases the subscription and the listener.
+        signal_ref = weakref.WeakMethod(self._signal)
+
+        def wake() -> None:
+            method = signal_ref()
+            if method is not None:
+                method()
+
+        releases = [signals.subscribe(self._metastore.url, self._table_id, wake)]
         if self._metastore.dialect == "postgresql":
-            signals.listen(self._metastore.url, self._metastore.engine)
+            releases.append(signals.listen(self._metastore.url, self._metastore.engine))
+        self._release = weakref.finalize(self, _release_all, releases)
+        self._release.atexit = False
         self._prefetch = prefetch
         self._pool: ThreadPoolExecutor | None = None
         self._prefetched: dict[int, Future[Any]] = {}
@@ -227,7 +239,7 @@ class Stream:
         if self._closed:
             return
         self._closed = True
-        self._unsubscribe()
+        self._release()
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
         self._signal()
@@ -601,6 +613,11 @@ class Stream:
         if change is None or change.row_count > _PREFETCH_ROWS or self._closed:
             return change
         return replace(change, prefetched=change.to_arrow())
+
+
+def _release_all(releases: list[Callable[[], None]]) -> None:
+    for release in releases:
+        release()
 
 
 def open_stream(table: Table, **options: Any) -> Stream:
