@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from arrowlake.table.merging import Aggregation, Deduplicate, FirstRow, PartialUpdate
+from arrowlake.merge import Aggregation, Deduplicate, FirstRow, PartialUpdate
 
 
 def runs_table(n_big: int, n_small: int, runs: int, seed: int = 0) -> pa.Table:

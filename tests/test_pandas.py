@@ -88,3 +88,94 @@ def test_from_pandas_primary_key_table(lake):
     df = pd.DataFrame({"id": [1, 2, 1], "v": ["a", "b", "c"]})
     t = lake.from_pandas("n.pk", df, primary_key=["id"], buckets=2)
     assert t.to_pandas().sort_values("id")["v"].tolist() == ["c", "b"]
+
+
+# -- item 14: types given by the user are converted to, overflow checked --------------------
+
+
+def test_item14_issue_example_float64_to_int32_and_float32(sqlite_lake):
+    pdf = pd.DataFrame({"a": [1.0, 2.0, float("nan")], "b": ["x", "y", None],
+                        "c": [0.5, 1e3, 2.25]})
+    t = sqlite_lake.from_pandas("n.t", pdf, schema=[pa.int32(), pa.large_string(), pa.float32()])
+    assert t.schema.types == [pa.int32(), pa.string(), pa.float32()]
+    rows = t.to_arrow().sort_by("c").to_pydict()
+    # NaN from pandas is a null, as pa.Array.from_pandas makes it
+    assert rows == {"a": [1, None, 2], "b": ["x", None, "y"], "c": [0.5, 2.25, 1000.0]}
+
+
+@pytest.mark.parametrize(("values", "typ", "bad", "why"), [
+    ([1.0, 1.5, 2.0], pa.int32(), "1.5", "not a whole number"),
+    ([1.0, 3e10, 2.0], pa.int32(), "30000000000.0", "out of the range of int32"),
+    ([1.0, 1e40, 2.0], pa.float32(), "1e+40", "out of the range of float"),
+    ([1.0, 1.555, 2.0], pa.decimal128(10, 2), "1.555", "lose digits"),
+])
+def test_item14_values_that_do_not_fit_name_column_type_and_value(sqlite_lake, values, typ,
+                                                                    bad, why):
+    pdf = pd.DataFrame({"k": [1, 2, 3], "v": values})
+    for schema in ([pa.int64(), typ], pa.schema([("k", pa.int64()), ("v", typ)])):
+        with pytest.raises(SchemaMismatch) as err:
+            sqlite_lake.from_pandas("n.bad", pdf, schema=schema)
+        message = str(err.value)
+        assert "Column 'v'" in message and str(typ) in message
+        assert bad in message and why in message
+    assert sqlite_lake.tables() == []
+
+
+def test_item14_nullable_int64_overflowing_int32(sqlite_lake):
+    pdf = pd.DataFrame({"v": pd.array([1, None, 2**40], dtype="Int64")})
+    with pytest.raises(SchemaMismatch, match=r"'v'.*int32.*1099511627776"):
+        sqlite_lake.from_pandas("n.bad", pdf, schema=[pa.int32()])
+    t = sqlite_lake.from_pandas("n.ok", pdf.iloc[:2], schema=[pa.int32()])
+    assert t.to_arrow().column("v").to_pylist() == [1, None]
+    assert str(t.to_pandas()["v"].dtype) == "Int64"
+
+
+def test_item14_realistic_frame_with_a_full_schema(sqlite_lake):
+    berlin = pd.to_datetime(["2026-11-01 10:00:00.123", "2026-11-02 11:00:00.000", None]) \
+        .tz_localize("Europe/Berlin")
+    pdf = pd.DataFrame({
+        "tier": pd.Categorical(["gold", "silver", None]),
+        "name": pd.array(["a", None, "c"], dtype="string[pyarrow]"),
+        "n": pd.array([7, None, 9], dtype="Int64"),
+        "at": berlin,
+        "at_s": pd.Series(berlin).astype("datetime64[s, Europe/Berlin]"),
+        "score": [1.0, float("nan"), 3.0],
+    })
+    schema = pa.schema([
+        ("tier", pa.large_string()), ("name", pa.string()), ("n", pa.int16()),
+        ("at", pa.timestamp("ms", tz="UTC")), ("at_s", pa.timestamp("us", tz="UTC")),
+        ("score", pa.int8()),
+    ])
+    t = sqlite_lake.from_pandas("n.full", pdf, schema=schema, splits_num=1)
+    assert [f.type for f in t.schema] == [pa.large_string(), pa.string(), pa.int16(),
+                                           pa.timestamp("ms", tz="UTC"),
+                                           pa.timestamp("us", tz="UTC"), pa.int8()]
+    got = t.to_arrow().sort_by("tier").to_pydict()
+    assert got["tier"] == ["gold", "silver", None]
+    assert got["name"] == ["a", None, "c"]
+    assert got["n"] == [7, None, 9]
+    assert got["score"] == [1, None, 3]
+    at = t.to_arrow().sort_by("tier").column("at").to_pylist()
+    assert at[0] == berlin[0].tz_convert("UTC").to_pydatetime()
+    assert at[2] is None
+    # nanoseconds do not fit milliseconds: the value is named, nothing is created
+    fine = pdf.assign(at=pd.Series(berlin) + pd.Timedelta(1, "ns"))
+    with pytest.raises(SchemaMismatch, match=r"Column 'at'.*timestamp\[ms, tz=UTC\]"):
+        sqlite_lake.from_pandas("n.fine", fine, schema=schema)
+    assert "n.fine" not in sqlite_lake.tables()
+
+
+def test_item14_primary_key_table_with_given_types(sqlite_lake):
+    pdf = pd.DataFrame({"id": [1.0, 2.0, 1.0], "v": [0.25, 0.5, 0.75]})
+    t = sqlite_lake.from_pandas("n.pk", pdf, schema=[pa.int32(), pa.float32()],
+                                primary_key=["id"], buckets=2)
+    assert t.to_arrow().sort_by("id").to_pydict() == {"id": [1, 2], "v": [0.75, 0.5]}
+
+
+def test_item14_full_schema_matches_columns_by_name(sqlite_lake):
+    pdf = pd.DataFrame({"b": ["x", "y"], "a": [1.0, 2.0]})
+    schema = pa.schema([("a", pa.int32()), ("b", pa.string()), ("c", pa.float32())])
+    t = sqlite_lake.from_pandas("n.order", pdf, schema=schema)
+    assert t.schema.types == [pa.int32(), pa.string(), pa.float32()]
+    assert t.to_arrow().sort_by("a").to_pydict() == {"a": [1, 2], "b": ["x", "y"],
+                                                     "c": [None, None]}

@@ -6,6 +6,10 @@ the ``lake`` fixture's "sqlite-s3" and "postgres-s3" kinds.
 
 from __future__ import annotations
 
+import os
+import pickle
+import subprocess
+import sys
 from datetime import timedelta
 
 import numpy as np
@@ -131,3 +135,31 @@ def test_drop_table_purges_objects(s3_lake, s3_orders):
     assert listed(s3_orders)
     s3_lake.drop_table("shop.orders", purge=True)
     assert listed(s3_orders) == set()
+
+
+def test_pickled_splits_read_in_another_process(s3_lake):
+    """A process that unpickles splits (and imports nothing itself) reads them from S3, merged
+    for a primary-key table, as this process does."""
+    plain = s3_lake.create_table("shop.orders", ORDERS_SCHEMA, partition_by=["day"])
+    plain.append(orders_data(0, 20))
+    keyed = s3_lake.create_table("crm.users", pa.schema([("id", pa.int64()), ("v", pa.string())]),
+                                 primary_key=["id"], buckets=2)
+    keyed.upsert(pa.table({"id": [1, 2, 3, 4], "v": ["a", "b", "c", "d"]}))
+    keyed.upsert(pa.table({"id": [2, 3], "v": ["B", "C"]}))
+    keyed.delete("id = 4")
+    reader = ("import pickle, sys\n"
+              "import pyarrow as pa\n"
+              "splits = pickle.load(sys.stdin.buffer)\n"
+              "table = pa.concat_tables([s.to_arrow() for s in splits])\n"
+              "with pa.ipc.new_stream(sys.stdout.buffer, table.schema) as out:\n"
+              "    out.write_table(table)\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    for scan, key in ((plain.scan(filter="amount > 10"), "order_id"), (keyed.scan(), "id")):
+        splits = scan.plan(target_bytes=1)
+        assert splits
+        done = subprocess.run([sys.executable, "-c", reader], input=pickle.dumps(splits),
+                              capture_output=True, env=env)
+        assert done.returncode == 0, done.stderr.decode()
+        got = pa.ipc.open_stream(done.stdout).read_all()
+        assert sorted_rows(got, key) == sorted_rows(scan.to_arrow(), key)
+    assert sorted(keyed.to_arrow().column("v").to_pylist()) == ["B", "C", "a"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import uuid
@@ -17,7 +18,14 @@ from arrowlake.errors import (
     TableNotFound,
     ValidationError,
 )
-from arrowlake.io.storage import Storage, normalize_location, split_scheme, storage_for
+from arrowlake.integrations.pandas import from_pandas
+from arrowlake.io.storage import (
+    Storage,
+    is_within,
+    normalize_location,
+    split_scheme,
+    storage_for,
+)
 from arrowlake.io.writer import WriteOptions
 from arrowlake.metastore.store import Metastore
 from arrowlake.schema import (
@@ -26,6 +34,8 @@ from arrowlake.schema import (
     schema_without_views,
     validate_schema,
 )
+from arrowlake.table.maintenance import metastore_files, own_files
+from arrowlake.table.primary_key import validate_pk_options, validate_properties
 from arrowlake.table.table import Table
 
 if TYPE_CHECKING:
@@ -158,29 +168,58 @@ class Lake:
         props = {str(k): str(v) for k, v in (properties or {}).items()}
         WriteOptions.from_properties(props)  # a malformed write property fails here, not later
         if primary_key or options:
-            from arrowlake.table.primary_key import validate_pk_options
-
             schema, buckets, props = validate_pk_options(schema, primary_key, partition_by,
                                                          buckets, props, options)
+        validate_properties(props, primary_key)
         with_ids, next_id = assign_field_ids(schema)
         if location is None:
             location = self.storage_for(self.warehouse).join(
                 self.warehouse, ns, f"{tbl}-{uuid.uuid4().hex[:8]}")
         else:
             location = normalize_location(location)
+        self._check_location(f"{ns}.{tbl}", location)
         record = self.metastore.create_table(
             ns, tbl, location=location, schema=with_ids, last_field_id=next_id - 1,
             partition_by=partition_by, primary_key=primary_key, buckets=buckets,
             properties=props)
         return Table(self, record)
 
+    def _check_location(self, name: str, location: str) -> None:
+        """Refuse a location that would mix the table's files with others': the warehouse root
+        (or above it), another table's location (or one inside or around it), or a folder
+        holding the metastore database. Orphan removal and purge delete what such a location
+        holds."""
+        if is_within(self.warehouse, location):
+            where = "is" if location == self.warehouse else "contains"
+            raise ValidationError(
+                f"Table '{name}' cannot be located at {location!r}: it {where} the warehouse "
+                f"root {self.warehouse!r}, where every table keeps its folder. Give the table "
+                "a folder of its own, or leave location= out")
+        for _, other, other_location in self.metastore.table_locations():
+            if is_within(location, other_location) or is_within(other_location, location):
+                relation = ("is the location of" if location == other_location else
+                            "is inside the location of" if is_within(location, other_location)
+                            else "contains the location of")
+                raise ValidationError(
+                    f"Table '{name}' cannot be located at {location!r}: it {relation} table "
+                    f"'{other}' ({other_location!r}), whose files it would share. Give the "
+                    "table a folder of its own, or leave location= out")
+        for path in metastore_files(self.metastore):
+            if is_within(path, location):
+                raise ValidationError(
+                    f"Table '{name}' cannot be located at {location!r}: it contains the "
+                    f"metastore database {path!r}. Give the table a folder of its own, or "
+                    "leave location= out")
+
     def drop_table(self, name: str, purge: bool = False) -> None:
-        """Drop a table from the metastore; with ``purge`` also delete its files."""
+        """Drop a table from the metastore; with ``purge`` also delete its files (never those
+        below another table's location, nor the metastore's)."""
         table = self.table(name)
         storage = table._storage
         self.metastore.drop_table(table._record.table_id)
         if purge:
-            storage.delete([f.path for f in storage.list_files(table.location)])
+            files = own_files(storage, table.location, self.metastore, None)
+            storage.delete([f.path for f in files])
 
     def rename_table(self, old: str, new: str) -> Table:
         table = self.table(old)
@@ -193,11 +232,11 @@ class Lake:
         """Create a table from a DataFrame in one call, written as ``splits_num`` files.
 
         ``schema`` is None (inferred), a ``pa.Schema`` (used as is), a list of column names
-        (types inferred) or a list of Arrow types (names from the DataFrame). ``splits_num``
-        defaults to the number of CPU cores.
+        (types inferred) or a list of Arrow types (names from the DataFrame). Given types are
+        converted to as ``pa.Array.from_pandas(..., type=)`` does (NaN becomes null); a value
+        that does not fit raises :class:`~arrowlake.errors.SchemaMismatch` naming the column
+        and the value. ``splits_num`` defaults to the number of CPU cores.
         """
-        from arrowlake.integrations.pandas import from_pandas
-
         return from_pandas(self, name, df, schema=schema, splits_num=splits_num,
                            **create_table_options)
 
@@ -229,6 +268,8 @@ def connect(uri: str | os.PathLike[str], *, warehouse: str | None = None,
         try:
             os.makedirs(path, exist_ok=True)
         except OSError as exc:
+            if not isinstance(exc, PermissionError) and exc.errno != errno.EROFS:
+                raise
             raise ReadOnlyLake(
                 f"Cannot create the lake folder {path}: {exc.strerror or exc}") from exc
         url = f"sqlite:///{os.path.join(path, 'arrowlake.db')}"

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import http.client
 import http.server
+import json
 import os
 import pickle
+import subprocess
+import sys
 import threading
 import time
 from urllib.parse import urlsplit
@@ -190,6 +193,22 @@ def test_credentials_from_environment(s3_server, bucket, monkeypatch):
     storage = ObjectStorage(f"s3://{bucket}/base", {"endpoint": s3_server.endpoint})
     storage.write_bytes(f"s3://{bucket}/base/env.bin", b"env")
     assert storage.read_bytes(f"s3://{bucket}/base/env.bin") == b"env"
+
+
+def test_a_process_that_imported_only_arrowlake_reaches_object_stores(storage, bucket):
+    """Object stores register with the storage contract when arrowlake loads: storage_for
+    finds them in a fresh process without any import of the backend module."""
+    storage.write_bytes(f"s3://{bucket}/base/fresh.bin", b"registered")
+    code = ("import json, sys\n"
+            "import arrowlake\n"
+            "from arrowlake.io.storage import storage_for\n"
+            "s = storage_for(sys.argv[1], json.loads(sys.argv[2]))\n"
+            "print(type(s).__name__, s.read_bytes(sys.argv[1] + '/fresh.bin').decode())\n")
+    out = subprocess.run(
+        [sys.executable, "-c", code, f"s3://{bucket}/base", json.dumps(storage.options)],
+        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["ObjectStorage", "registered"]
 
 
 def test_other_stores_are_reached_by_url():

@@ -3,7 +3,10 @@ they are upgraded in place, keeping every row."""
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import subprocess
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -47,7 +50,8 @@ def _check_opened(lake: al.Lake, when: datetime) -> None:
     assert plain.files().column("partition").to_pylist() == [{"p": "a"}, {"p": "a"}]
 
 
-def test_sqlite_v1_database_is_upgraded_and_ids_are_not_reused(tmp_path):
+def _sqlite_v1_lake(tmp_path: Path) -> tuple[Path, datetime, list[int], list[int]]:
+    """A lake folder whose database has the version-1 DDL, holding the rows of ``_fill``."""
     folder = tmp_path / "lake"
     lake = al.connect(folder)
     when, file_ids = _fill(lake)
@@ -71,7 +75,12 @@ def test_sqlite_v1_database_is_upgraded_and_ids_are_not_reused(tmp_path):
     con.execute("DETACH DATABASE cur")
     con.close()
     old.replace(db)
+    return folder, when, file_ids, table_ids
 
+
+def test_sqlite_v1_database_is_upgraded_and_ids_are_not_reused(tmp_path):
+    folder, when, file_ids, table_ids = _sqlite_v1_lake(tmp_path)
+    db = folder / "arrowlake.db"
     lake = al.connect(folder)
     _check_opened(lake, when)
     con = sqlite3.connect(db)
@@ -147,3 +156,25 @@ def test_version_2_database_gets_the_consumers_table(kind, tmp_path, request):
         stream.commit(change.snapshot_id)
     assert table.consumers().column("next_snapshot").to_pylist() == [2]
     lake.close()
+
+
+_OPEN_AND_READ = """
+import sys, arrowlake as al
+lake = al.connect(sys.argv[1])
+print(sorted(lake.table("shop.plain").to_arrow().column("id").to_pylist()))
+"""
+
+
+def test_sqlite_v1_database_opened_by_several_processes_at_once(tmp_path):
+    folder, _, _, _ = _sqlite_v1_lake(tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(Path(al.__file__).resolve().parents[1])}
+    procs = [subprocess.Popen([sys.executable, "-c", _OPEN_AND_READ, str(folder)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+             for _ in range(4)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 4, [err for _, err in outs]
+    assert [out.strip() for out, _ in outs] == ["[1, 3]"] * 4
+    con = sqlite3.connect(folder / "arrowlake.db")
+    assert con.execute("SELECT value FROM al_meta").fetchall() == [(str(t.SCHEMA_VERSION),)]
+    assert con.execute("SELECT count(*) FROM al_files").fetchone()[0] > 0
+    con.close()

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+import sqlalchemy as sa
 
 import arrowlake as al
 from arrowlake.errors import ReadOnlyLake
@@ -55,28 +56,25 @@ def test_read_only_sqlite_database_reads_and_refuses_writes_at_once(tmp_path):
 
 
 def test_sqlite_write_refused_by_the_database_is_not_retried(tmp_path):
-    """A connection opened for writing whose writes SQLite refuses as read-only."""
+    """A database that refuses writes only when they come (SQLite ``query_only``)."""
     folder = tmp_path / "lake"
     _make_lake(folder)
     lake = al.connect(folder)
     t = lake.table("t")
-    lake.metastore.engine.dispose()
-    lake.metastore.engine.pool._creator = _read_only_creator(folder / "arrowlake.db")
+    engine = lake.metastore.engine
+    engine.dispose()
+    sa.event.listen(engine, "connect",
+                    lambda dbapi_conn, _record: dbapi_conn.execute("PRAGMA query_only=ON"))
     started = time.monotonic()
-    with pytest.raises(ReadOnlyLake):
+    with pytest.raises(ReadOnlyLake, match="read-only"):
         t.append({"id": [3]})
+    with pytest.raises(ReadOnlyLake):
+        t.create_tag("v2")
     assert time.monotonic() - started < 2
+    assert t.to_arrow().num_rows == 2
+    written = list(Path(t.location).rglob("*.parquet"))
+    assert len(written) == len(t.files()) == 1  # the refused append's file was deleted
     lake.close()
-
-
-def _read_only_creator(db: Path):
-    import sqlite3
-
-    def create():
-        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, check_same_thread=False)
-        return conn
-
-    return create
 
 
 _CHILD = textwrap.dedent("""
@@ -90,10 +88,12 @@ _CHILD = textwrap.dedent("""
         t.append({"id": [3]})
     except ReadOnlyLake as exc:
         print("refused", round(time.monotonic() - started), str(exc))
-    try:
-        al.connect(sys.argv[1] + "/missing")
-    except ReadOnlyLake as exc:
-        print("missing", str(exc))
+    for sub in ("/missing", "/empty"):
+        started = time.monotonic()
+        try:
+            al.connect(sys.argv[1] + sub)
+        except ReadOnlyLake as exc:
+            print(sub[1:], round(time.monotonic() - started), str(exc))
 """)
 
 
@@ -105,6 +105,7 @@ def test_read_only_lake_folder_opens_for_reading(tmp_path):
         pytest.skip("setpriv (util-linux) is needed to drop the permission override of root")
     folder = tmp_path / "lake"
     _make_lake(folder)
+    (folder / "empty").mkdir()
     assert not (folder / "arrowlake.db-wal").exists()
     paths = [folder, *folder.rglob("*")]
     for path in paths:
@@ -124,7 +125,8 @@ def test_read_only_lake_folder_opens_for_reading(tmp_path):
     assert lines[0] == "read [1, 2] {'v1': 1}"
     assert lines[1].startswith("refused 0 ") and "read-only" in lines[1]
     assert str(folder / "arrowlake.db") in lines[1]
-    assert lines[2].startswith("missing ") and str(folder / "missing") in lines[2]
+    assert lines[2].startswith("missing 0 ") and str(folder / "missing") in lines[2]
+    assert lines[3].startswith("empty 0 ") and str(folder / "empty") in lines[3]
     lake = al.connect(folder)
     assert lake.table("t").snapshots().num_rows == 1
     lake.close()

@@ -3,7 +3,7 @@
 Random sequences of upsert / delete / write_changes / merge / compact / overwrite over a small key
 domain (so versions collide) and random bucket counts are applied to a real table on a SQLite
 lake. The model keeps every version of every key, in version order, and folds them with the
-engine's documented semantics (:mod:`arrowlake.table.merging.engines`, ``aggregation``); the table
+engine's documented semantics (:mod:`arrowlake.merge.engines`, ``aggregation``); the table
 must show the same rows after every step, through key and non-key filters and ``count()``, and at
 every earlier snapshot (time travel).
 """
@@ -50,6 +50,8 @@ ENGINES = {
 # max cannot retract; Paimon's ignore-retract makes it skip -U/-D rows (deletes reach it).
 ENGINE_PROPERTIES = {"aggregation": {"fields.m.ignore-retract": "true"}}
 
+#: Engines where a -D never removes a key, so delete() and merge deletes are refused.
+NO_DELETES = ("first-row", "aggregation")
 VALUE_COLUMNS = ("v", "m", "s", "ts")
 PLUS_I, MINUS_U, PLUS_U, MINUS_D = 0, 1, 2, 3
 KIND_NAMES = ("+I", "-U", "+U", "-D")
@@ -273,6 +275,16 @@ def run_merge(table, schema: pa.Schema, key, source, clauses):
 def apply(table, model: Model, schema: pa.Schema, op: tuple) -> None:
     """Run ``op`` on the table and on the model."""
     kind = op[0]
+    refuses_deletes = model.engine in NO_DELETES
+    if refuses_deletes and (kind.startswith("delete") or (
+            kind == "merge" and "matched_delete" in op[2])):
+        # These engines never remove a key on a -D: delete() and merge deletes are refused.
+        with pytest.raises(al.ValidationError, match="cannot delete rows"):
+            if kind == "merge":
+                run_merge(table, schema, model.key, op[1], op[2])
+            else:
+                table.delete("v < 3")
+        return
     if kind == "upsert":
         table.upsert(pa.Table.from_pylist(op[1], schema=schema))
         model.write(op[1], [PLUS_I] * len(op[1]))

@@ -13,7 +13,7 @@ The tree is turned into a ``pyarrow.compute.Expression`` (:func:`to_arrow`), a r
 
 from arrowlake.expressions.arrow import evaluate, to_arrow
 from arrowlake.expressions.binding import bind, coerce_literal
-from arrowlake.expressions.parser import parse_filter, to_expression
+from arrowlake.expressions.parser import and_all, or_any, parse_filter, to_expression
 from arrowlake.expressions.stats import all_match, may_match
 from arrowlake.expressions.tree import (
     AlwaysFalse,
@@ -29,12 +29,10 @@ from arrowlake.expressions.tree import (
     Not,
     Or,
     StartsWith,
-    and_all,
     col,
     conjuncts,
     format_filter,
     lit,
-    or_any,
     referenced_columns,
     rename_columns,
 )

@@ -27,6 +27,7 @@ from arrowlake.expressions.binding import (
     BoundOr,
     BoundStartsWith,
     bind,
+    is_floating,
 )
 from arrowlake.expressions.parser import to_expression
 from arrowlake.expressions.tree import Expr
@@ -64,6 +65,8 @@ def _convert(
             # positive position, where false and null filter alike, so only the negated leaf
             # needs care: NOT IN is never true for a null x, nor at all with a NULL in the list.
             values = column(node.column)
+            if is_floating(node.column.compare_type):  # -0.0 as 0.0, like = (see binding)
+                values = pc.add(values, pa.scalar(0.0, node.column.compare_type))
             found = pc.is_in(values, value_set=node.values, skip_nulls=True)
             if not node.negated:
                 return found

@@ -285,7 +285,17 @@ def _bind_in(expr: In, field: pa.Field, negated: bool) -> BoundExpr:
         values = pa.array([s.cast(common).as_py() for s in scalars], common)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         raise ValidationError(f"Cannot bring the values of {expr} to one type: {exc}") from None
-    return BoundIn(BoundColumn(field.name, field.type, common), values, has_null, negated)
+    column = BoundColumn(field.name, field.type, common)
+    if is_floating(common):
+        # IN is a disjunction of =: NaN equals nothing, and -0.0 equals 0.0. is_in hashes
+        # values (NaN finds NaN, -0.0 misses 0.0), so the list keeps no NaN and only +0.0,
+        # and evaluation adds 0.0 to the column (-0.0 + 0.0 is +0.0).
+        values = pc.add(values.filter(pc.invert(pc.is_nan(values))), pa.scalar(0.0, common))
+        if len(values) == 0:
+            if negated and not has_null:
+                return BoundIsNull(column, negated=True)  # NOT IN (NaN): every non-null value
+            return BoundConst(False)
+    return BoundIn(column, values, has_null, negated)
 
 
 def _native_values(values: list[Any], t: pa.DataType) -> pa.Array | None:

@@ -23,6 +23,7 @@ Keywords are case-insensitive. A bare boolean column (``active``, ``NOT active``
 from __future__ import annotations
 
 import datetime as _dt
+from collections.abc import Iterable
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -554,3 +555,23 @@ def to_expression(filter: Expr | str | None) -> Expr:
         f"A filter must be an expression (col('x') > 1), a string ('x > 1') or None, "
         f"got {type(filter).__name__}"
     )
+
+
+def and_all(exprs: Iterable[Expr | str | None]) -> Expr:
+    """All filters at once; an empty iterable is :class:`AlwaysTrue`. Strings are parsed.
+
+    >>> print(and_all([col("a") > 1, "b = 2", None]))
+    a > 1 AND b = 2
+    """
+    result: Expr = AlwaysTrue()
+    for expr in exprs:
+        result = result & to_expression(expr)
+    return result
+
+
+def or_any(exprs: Iterable[Expr | str]) -> Expr:
+    """Any of the filters; an empty iterable is :class:`AlwaysFalse`."""
+    result: Expr = AlwaysFalse()
+    for expr in exprs:
+        result = result | to_expression(expr)
+    return result

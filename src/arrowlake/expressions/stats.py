@@ -18,9 +18,12 @@ and ``nulls`` 0 or ``row_count`` makes both answers exact.
 
 Two facts shape the rules:
 
-- Min/max statistics skip NaN, and NaN fails every ordering comparison yet satisfies ``!=`` and
-  ``NOT (x < v)``. So on float columns ``!=`` and negated predicates may always match, and
-  ``all_match`` of a value predicate is never true (the file might hold a NaN).
+- Min/max statistics skip NaN, and NaN fails every comparison but ``!=`` (``IN`` is a
+  disjunction of ``=``), so it satisfies ``!=`` and negated predicates like ``NOT (x < v)``.
+  Float columns carry ``nans.c``, the NaN count: a file with NaN may match a predicate NaN
+  satisfies, and every row matches only if the NaN rows do too. Where ``nans.c`` is unknown
+  (statistics from before it was counted) the file may hold NaN. Bounds compare as Arrow
+  compares values, so ``-0.0`` and ``0.0`` are equal bounds.
 - Under SQL's three-valued logic a predicate on a null value is null, so a value predicate needs
   at least one non-null value to match (``nulls < row_count``) and no nulls to match everywhere
   (``nulls == 0``). ``NOT`` is pushed down to the leaves at binding; a negated leaf ``NOT p``
@@ -126,6 +129,13 @@ class _FileStats:
             hi = pc.if_else(pc.is_nan(hi), pa.scalar(None, t), hi)
         return lo, hi
 
+    def nan_counts(self, column: BoundColumn) -> tuple[pa.BooleanArray, pa.BooleanArray]:
+        """(the file may hold NaN, the file certainly holds no NaN) of a float column."""
+        if not is_floating(value_type(column.type)):
+            return _full(self.n, False), _full(self.n, True)
+        nans = self._raw(f"nans.{column.name}", pa.int64())
+        return _known(pc.greater(nans, 0), self.n, True), _known(pc.equal(nans, 0), self.n, False)
+
     def null_counts(self, column: BoundColumn) -> tuple[pa.BooleanArray, pa.BooleanArray]:
         """(the file may have a non-null value, the file certainly has no null)."""
         nulls = self._raw(f"nulls.{column.name}", pa.int64())
@@ -178,16 +188,19 @@ class _FileStats:
             may, every_value = self.starts_with(node)
         else:
             raise TypeError(f"Unknown bound node {node!r}")
+        # may/every_value speak of the non-null, non-NaN values (bounds skip NaN); NaN rows
+        # satisfy the leaf when NaN satisfies p (only !=) xor the leaf is negated.
         some_values, no_nulls = self.null_counts(node.column)
+        has_nan, no_nan = self.nan_counts(node.column)
         may_known = pc.and_(_known(may, self.n, True), some_values)
         every_value_known = _known(every_value, self.n, False)
-        if not node.negated:
-            return may_known, pc.and_(every_value_known, no_nulls)
-        # NOT p is true only on non-null rows where p is false.
-        return (
-            pc.and_(pc.invert(every_value_known), some_values),
-            pc.and_(pc.invert(may_known), no_nulls),
-        )
+        nan_satisfies = (isinstance(node, BoundCompare) and node.op == "!=") != node.negated
+        if node.negated:  # NOT p is true only on non-null rows where p is false.
+            may_known, every_value_known = (pc.and_(pc.invert(every_value_known), some_values),
+                                            pc.invert(may_known))
+        if nan_satisfies:
+            return pc.or_(may_known, has_nan), pc.and_(every_value_known, no_nulls)
+        return may_known, pc.and_(pc.and_(every_value_known, no_nulls), no_nan)
 
     # Value leaves answer (may match, every non-null value matches), either possibly null
     # (unknown) or None (unknown everywhere).
@@ -196,13 +209,12 @@ class _FileStats:
         t = node.column.compare_type
         lo, hi = self.bounds(node.column, t)
         v = node.value
-        floating = is_floating(value_type(node.column.type))
         op = node.op
         may: pa.Array | None
         if op == "=":
             may = pc.and_kleene(pc.less_equal(lo, v), pc.greater_equal(hi, v))
         elif op == "!=":
-            may = None if floating else pc.invert(pc.and_kleene(pc.equal(lo, v), pc.equal(hi, v)))
+            may = pc.invert(pc.and_kleene(pc.equal(lo, v), pc.equal(hi, v)))
         elif op == "<":
             may = pc.less(lo, v)
         elif op == "<=":
@@ -211,8 +223,6 @@ class _FileStats:
             may = pc.greater(hi, v)
         else:
             may = pc.greater_equal(hi, v)
-        if floating:
-            return may, None
         if op == "=":
             every = pc.and_kleene(pc.equal(lo, v), pc.equal(hi, v))
         elif op == "!=":
@@ -230,10 +240,7 @@ class _FileStats:
     def in_list(self, node: BoundIn) -> tuple[pa.Array | None, pa.Array | None]:
         t = node.column.compare_type
         lo, hi = self.bounds(node.column, t)
-        values = node.values
-        floating = is_floating(value_type(node.column.type))
-        if floating and pc.any(pc.is_nan(values)).as_py():
-            return None, None  # NaN never shows in min/max
+        values = node.values  # no NaN (binding drops it: NaN equals nothing)
         may: pa.Array
         if len(values) <= IN_LIST_PER_VALUE_LIMIT:
             may = reduce(
@@ -245,9 +252,10 @@ class _FileStats:
             may = pc.and_kleene(
                 pc.less_equal(lo, extremes["max"]), pc.greater_equal(hi, extremes["min"])
             )
-        if floating:
-            return may, None
-        # Every value is in the list when the file holds a single value that is in it.
+        # Every value is in the list when the file holds a single value that is in it; for
+        # floats, a single value as = sees it (-0.0 and 0.0 are one, in bounds and in the list).
+        if is_floating(t):
+            lo = pc.add(lo, pa.scalar(0.0, t))
         every = pc.and_kleene(pc.equal(lo, hi), pc.is_in(lo, value_set=values, skip_nulls=True))
         return may, every
 

@@ -464,30 +464,6 @@ def rename_columns(expr: Expr, mapping: Mapping[str, str]) -> Expr:
     return result
 
 
-def and_all(exprs: Iterable[Expr | str | None]) -> Expr:
-    """All filters at once; an empty iterable is :class:`AlwaysTrue`. Strings are parsed.
-
-    >>> print(and_all([col("a") > 1, "b = 2", None]))
-    a > 1 AND b = 2
-    """
-    from arrowlake.expressions.parser import to_expression
-
-    result: Expr = AlwaysTrue()
-    for expr in exprs:
-        result = _and(result, to_expression(expr))
-    return result
-
-
-def or_any(exprs: Iterable[Expr | str]) -> Expr:
-    """Any of the filters; an empty iterable is :class:`AlwaysFalse`."""
-    from arrowlake.expressions.parser import to_expression
-
-    result: Expr = AlwaysFalse()
-    for expr in exprs:
-        result = _or(result, to_expression(expr))
-    return result
-
-
 def conjuncts(expr: Expr) -> list[Expr]:
     """The top-level AND terms of a filter, left to right (``AlwaysTrue`` has none).
 

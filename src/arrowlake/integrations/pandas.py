@@ -1,8 +1,9 @@
-"""pandas in and out: DataFrame → table in one call, any scan → DataFrame with faithful dtypes.
+"""pandas in: a DataFrame → a table in one call (:meth:`arrowlake.Lake.from_pandas`).
 
 When a table is created from a DataFrame, the pandas dtype of each column that Arrow cannot
 express by its type alone (nullable integers, categoricals, ...) is kept in the field's
-metadata; :func:`arrow_to_pandas` restores it.
+metadata; :func:`arrowlake.pandas_arrow.arrow_to_pandas` restores it when a scan is read into
+pandas.
 """
 
 from __future__ import annotations
@@ -11,9 +12,12 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from arrowlake.errors import SchemaMismatch, ValidationError, require
+from arrowlake.errors import SchemaMismatch, ValidationError
+from arrowlake.pandas_arrow import pandas_to_arrow
 from arrowlake.schema import PANDAS_DTYPE_KEY, normalize_schema
+from arrowlake.table.writes import append_parts
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -31,8 +35,6 @@ def infer_schema(df: pd.DataFrame, schema: Any = None) -> pa.Schema:
     """The table schema for ``df``: ``schema`` may be None (inferred), a ``pa.Schema`` (used as
     is), a list of column names (types inferred), or a list of Arrow types (names from ``df``).
     """
-    from arrowlake.table.inputs import pandas_to_arrow
-
     if isinstance(schema, pa.Schema):
         return schema
     sample = pandas_to_arrow(df.iloc[:1000])
@@ -67,36 +69,109 @@ def infer_schema(df: pd.DataFrame, schema: Any = None) -> pa.Schema:
     return normalize_schema(pa.schema(fields))
 
 
-def rename_for_schema(df: pd.DataFrame, schema: pa.Schema) -> pd.DataFrame:
-    """``df`` with its columns renamed positionally to ``schema``'s names where they differ."""
-    if list(map(str, df.columns)) == schema.names[: len(df.columns)]:
+def _first_changed(natural: pa.Array, typ: pa.DataType) -> Any:
+    """A value of ``natural`` that does not survive a conversion to ``typ`` and back (None if
+    every value does, or the conversion is not possible at all)."""
+    try:
+        back = natural.cast(typ, safe=False).cast(natural.type, safe=False)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        return None
+    changed = pc.fill_null(pc.not_equal(back, natural), False)
+    if pa.types.is_floating(natural.type):
+        changed = pc.and_(changed, pc.invert(pc.and_(pc.is_nan(back), pc.is_nan(natural))))
+    where = pc.index(changed, True).as_py()
+    return None if where < 0 else natural[where].as_py()
+
+
+def _why(value: Any, typ: pa.DataType) -> str:
+    if pa.types.is_integer(typ) and isinstance(value, float) and not value.is_integer():
+        return "is not a whole number"
+    if pa.types.is_integer(typ) or pa.types.is_floating(typ) or pa.types.is_decimal(typ):
+        return f"is out of the range of {typ}"
+    if pa.types.is_timestamp(typ) or pa.types.is_time(typ) or pa.types.is_duration(typ):
+        return f"needs a finer unit than {typ}"
+    return f"cannot be represented in {typ}"
+
+
+def _natural(series: Any) -> pa.Array:
+    arr = pa.Array.from_pandas(series)
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    return arr.dictionary_decode() if pa.types.is_dictionary(arr.type) else arr
+
+
+def _does_not_fit(name: str, typ: pa.DataType, value: Any, reason: str) -> SchemaMismatch:
+    shown = "" if value is None else f" value {value!r}"
+    return SchemaMismatch(
+        f"Column '{name}' of the DataFrame does not fit the requested type {typ}:{shown} "
+        f"{reason}. Request a type that holds every value, or fix the data")
+
+
+def convert_column(name: str, series: Any, typ: pa.DataType) -> pa.Array:
+    """``series`` as an Arrow array of the user-requested ``typ``, converted as
+    ``pa.Array.from_pandas(series, type=typ)`` does (NaN and None become nulls) but never
+    silently wrong: a value that would be truncated, wrap around, overflow to infinity or lose
+    decimal digits raises :class:`SchemaMismatch` naming the column, the type and the value.
+    """
+    try:
+        arr = pa.Array.from_pandas(series, type=typ)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as direct:
+        # Some conversions pandas -> Arrow has no direct path for (float -> decimal,
+        # categorical -> another type): convert as inferred, then cast checking each value.
+        natural = _natural(series)
+        try:
+            arr = natural.cast(typ, safe=True)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+            value = _first_changed(natural, typ)
+            reason = _why(value, typ) if value is not None else str(direct).split("\n", 1)[0]
+            raise _does_not_fit(name, typ, value, reason) from None
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    if pa.types.is_floating(typ) or pa.types.is_decimal(typ):
+        # Arrow's safe casts let finite floats become infinite (float32) and floats lose
+        # digits (decimal): both are checked here.
+        natural = _natural(series)
+        if pa.types.is_floating(natural.type):
+            if pa.types.is_floating(typ):
+                lost = pc.and_(pc.is_inf(arr), pc.invert(pc.is_inf(natural)))
+                reason = f"is out of the range of {typ}"
+            else:
+                lost = pc.not_equal(arr.cast(natural.type), natural)
+                reason = "would lose digits"
+            where = pc.index(pc.fill_null(lost, False), True).as_py()
+            if where >= 0:
+                raise _does_not_fit(name, typ, natural[where].as_py(), reason)
+    return arr
+
+
+def convert_frame(df: pd.DataFrame, schema: pa.Schema) -> pa.Table:
+    """``df`` as an Arrow table with the types of the user-given ``schema`` (columns matched by
+    name; columns the schema lacks are converted as inferred, and rejected when written)."""
+    arrays, fields = [], []
+    for column in df.columns:
+        name = str(column)
+        i = schema.get_field_index(name)
+        if i < 0:
+            arrays.append(_natural(df[column]))
+            fields.append(pa.field(name, arrays[-1].type))
+            continue
+        field = schema.field(i)
+        arrays.append(convert_column(name, df[column], field.type))
+        fields.append(field)
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def rename_for_schema(df: pd.DataFrame, schema: pa.Schema, *,
+                      by_name: bool = False) -> pd.DataFrame:
+    """``df`` with its columns renamed positionally to ``schema``'s names where they differ;
+    with ``by_name`` (a full schema the user gave), columns that all carry names of the schema
+    keep them, in any order."""
+    names = list(map(str, df.columns))
+    if names == schema.names[: len(df.columns)] or (by_name and set(names) <= set(schema.names)):
         return df
     if len(df.columns) != len(schema):
         return df
     return df.set_axis(schema.names, axis=1)
-
-
-def arrow_to_pandas(table: pa.Table, **kwargs: Any) -> pd.DataFrame:
-    """``table.to_pandas()`` that restores the pandas dtypes recorded in field metadata."""
-    pd = require("pandas", "pandas", "to_pandas()")
-    recorded = {f.name: (f.metadata or {}).get(PANDAS_DTYPE_KEY) for f in table.schema}
-    recorded = {k: v.decode() for k, v in recorded.items() if v is not None}
-    if not recorded:
-        return table.to_pandas(**kwargs)
-    arrays = []
-    for field, col in zip(table.schema, table.columns, strict=True):
-        if recorded.get(field.name) == "category" and not pa.types.is_dictionary(col.type):
-            col = col.dictionary_encode()  # Arrow dictionaries become pandas Categoricals
-        arrays.append(col)
-    df = pa.Table.from_arrays(arrays, names=table.schema.names).to_pandas(**kwargs)
-    for name, dtype_name in recorded.items():
-        if dtype_name == "category":
-            continue
-        dtype = pd.api.types.pandas_dtype(dtype_name)
-        col = table.column(name)
-        df[name] = col.to_pandas(types_mapper=lambda t, c=col, d=dtype: d if t == c.type
-                                 else None)
-    return df
 
 
 def from_pandas(lake: Any, name: str, df: pd.DataFrame, *, schema: Any = None,
@@ -104,29 +179,36 @@ def from_pandas(lake: Any, name: str, df: pd.DataFrame, *, schema: Any = None,
     """Create table ``name`` from ``df`` (see :meth:`arrowlake.Lake.from_pandas`)."""
     import os
 
-    from arrowlake.table.inputs import pandas_to_arrow
-
     if splits_num is None:
         splits_num = os.cpu_count() or 1
     if splits_num < 1:
         raise ValidationError(f"splits_num must be at least 1, got {splits_num}")
     table_schema = infer_schema(df, schema)
-    df = rename_for_schema(df, table_schema)
+    df = rename_for_schema(df, table_schema, by_name=isinstance(schema, pa.Schema))
+    given_types = isinstance(schema, pa.Schema) or (
+        isinstance(schema, Sequence) and any(isinstance(s, pa.DataType) for s in schema))
+    # Types the user gave are an explicit request: the data is converted to them before the
+    # table exists, so a value that does not fit leaves nothing behind.
+    converted = convert_frame(df, table_schema) if given_types and len(df) else None
     table = lake.create_table(name, table_schema, **create_table_options)
     try:
         if len(df) and table.primary_key:
             # Rows of a key table are laid out by bucket, one sorted run each.
-            table.upsert(df)
+            table.upsert(df if converted is None else converted)
         elif len(df):
             # One file per split: the target size is set so that no split is cut again.
-            data = pandas_to_arrow(df)
+            data = pandas_to_arrow(df) if converted is None else converted
             n = len(df)
             step = -(-n // splits_num)
             parts = [data.slice(i, step) for i in range(0, n, step)]
-            from arrowlake.table.writes import append_parts
-
             append_parts(table, parts)
-    except BaseException:
-        lake.drop_table(name, purge=True)
+    except BaseException as failure:
+        try:
+            lake.drop_table(name, purge=True)
+        except Exception as cleanup:  # the write's error stays the one raised
+            failure.add_note(
+                f"Removing the table '{name}' this call had created also failed "
+                f"({type(cleanup).__name__}: {cleanup}); once storage and metastore are "
+                f"reachable, lake.drop_table({name!r}, purge=True) removes what is left.")
         raise
     return table

@@ -2,7 +2,8 @@
 
 obstore is the Rust ``object_store`` crate: requests are async and run on its own runtime with
 the GIL released, retries with exponential backoff are built in, and writes stream through
-multipart uploads. This module is the only one that imports it.
+multipart uploads. This module is the only one that imports it, at first use (the ``s3`` extra);
+importing :mod:`arrowlake.io` registers :class:`ObjectStorage` for object store URLs.
 
 Options come from ``storage_options`` (``endpoint``, ``region``, ``access_key_id``,
 ``secret_access_key``, ``session_token``, ``allow_http``, ``virtual_hosted_style_request``, ...,
@@ -15,19 +16,25 @@ default 16), ``max_retries`` (default 5), ``retry_timeout`` (default ``"60s"``),
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import obstore
 import pyarrow as pa
 import pyarrow.fs as pafs
-from obstore.store import ObjectStore, from_url
 
-from arrowlake.errors import StorageError, ValidationError
-from arrowlake.io.storage import FileInfo, Storage, split_scheme
+from arrowlake.errors import StorageError, ValidationError, require
+from arrowlake.io.object_files import ObjectFileSystemHandler, UploadStream
+from arrowlake.io.storage import FileInfo, Storage, register_backend, split_scheme
+
+if TYPE_CHECKING:
+    from obstore.store import ObjectStore
+
+#: The location schemes object stores serve (obstore's ``from_url``).
+SCHEMES = ("s3", "s3a", "gs", "az", "abfs", "abfss", "memory")
 
 # obstore HTTP client options; everything else (but arrowlake's own keys) is store config.
 _CLIENT_KEYS = frozenset({
@@ -45,6 +52,12 @@ _TRUE = {"1", "true", "yes", "on"}
 # variable is hidden while such a store is built (the lock keeps two builds from interleaving).
 _ENV_LOCK = threading.Lock()
 _ENDPOINT_ENV = ("AWS_ENDPOINT_URL_S3",)
+
+
+@functools.cache
+def _obstore() -> Any:
+    """The obstore module, imported when an object store is first used."""
+    return require("obstore", "s3", "Object storage (s3://, gs://, az://)")
 
 
 def _duration(value: Any) -> timedelta:
@@ -86,6 +99,7 @@ class ObjectStorage(Storage):
     high_latency = True
 
     def __init__(self, location: str, options: Mapping[str, Any] | None = None) -> None:
+        _obstore()  # without obstore installed, fail here, naming the extra to install
         self.location = location
         self.options = dict(options or {})
         self.root, _ = _bucket_root(location)
@@ -151,10 +165,10 @@ class ObjectStorage(Storage):
                 with _ENV_LOCK:
                     hidden = {k: os.environ.pop(k) for k in _ENDPOINT_ENV if k in os.environ}
                     try:
-                        return from_url(self.root, **kwargs)
+                        return _obstore().store.from_url(self.root, **kwargs)
                     finally:
                         os.environ.update(hidden)
-            return from_url(self.root, **kwargs)
+            return _obstore().store.from_url(self.root, **kwargs)
         except Exception as exc:
             raise StorageError(f"Cannot configure object store {self.root}: {exc}") from exc
 
@@ -199,8 +213,6 @@ class ObjectStorage(Storage):
 
     def filesystem(self) -> pafs.FileSystem:
         if self._fs is None:
-            from arrowlake.io.object_files import ObjectFileSystemHandler
-
             self._fs = pafs.PyFileSystem(ObjectFileSystemHandler(self))
         return self._fs
 
@@ -211,7 +223,7 @@ class ObjectStorage(Storage):
 
     def read_bytes(self, path: str) -> bytes:
         try:
-            return obstore.get(self.store, self.key(path)).bytes().to_bytes()
+            return _obstore().get(self.store, self.key(path)).bytes().to_bytes()
         except Exception as exc:
             raise self._error("read", path, exc) from exc
 
@@ -219,14 +231,15 @@ class ObjectStorage(Storage):
         if end <= start:
             return b""
         try:
-            return obstore.get_range(self.store, self.key(path), start=start, end=end)  # type: ignore[return-value]
+            return _obstore().get_range(self.store, self.key(path), start=start, end=end)
         except Exception as exc:
             raise self._error("read", path, exc) from exc
 
     def read_suffix(self, path: str, length: int) -> bytes:
         try:
-            result = obstore.get(self.store, self.key(path), options={"range": {"suffix": length}})
-            return result.bytes()  # type: ignore[return-value]
+            result = _obstore().get(self.store, self.key(path),
+                                    options={"range": {"suffix": length}})
+            return result.bytes()
         except Exception as exc:
             raise self._error("read", path, exc) from exc
 
@@ -234,40 +247,46 @@ class ObjectStorage(Storage):
         if end <= start:
             return b""
         try:
-            return await obstore.get_range_async(  # type: ignore[return-value]
+            return await _obstore().get_range_async(
                 self.store, self.key(path), start=start, end=end)
         except Exception as exc:
             raise self._error("read", path, exc) from exc
 
     async def read_suffix_async(self, path: str, length: int) -> bytes:
         try:
-            result = await obstore.get_async(self.store, self.key(path),
-                                             options={"range": {"suffix": length}})
-            return await result.bytes_async()  # type: ignore[return-value]
+            result = await _obstore().get_async(self.store, self.key(path),
+                                                options={"range": {"suffix": length}})
+            return await result.bytes_async()
         except Exception as exc:
             raise self._error("read", path, exc) from exc
 
+    def file_size(self, path: str) -> int | None:
+        try:
+            return int(_obstore().head(self.store, self.key(path))["size"])
+        except FileNotFoundError:
+            return None
+        except Exception as exc:
+            raise self._error("inspect", path, exc) from exc
+
     def size(self, path: str) -> int:
         try:
-            return int(obstore.head(self.store, self.key(path))["size"])
+            return int(_obstore().head(self.store, self.key(path))["size"])
         except Exception as exc:
             raise self._error("inspect", path, exc) from exc
 
     # -- writing -------------------------------------------------------------------------------
 
     def open_output(self, path: str) -> pa.NativeFile:
-        from arrowlake.io.object_files import UploadStream
-
         try:
-            writer = obstore.open_writer(self.store, self.key(path),
-                                         buffer_size=self.upload_part_bytes)
+            writer = _obstore().open_writer(self.store, self.key(path),
+                                            buffer_size=self.upload_part_bytes)
         except Exception as exc:
             raise self._error("create", path, exc) from exc
         return pa.PythonFile(UploadStream(self, path, writer), mode="w")
 
     def write_bytes(self, path: str, data: bytes) -> None:
         try:
-            obstore.put(self.store, self.key(path), data)
+            _obstore().put(self.store, self.key(path), data)
         except Exception as exc:
             raise self._error("write", path, exc) from exc
 
@@ -277,7 +296,7 @@ class ObjectStorage(Storage):
         for start in range(0, len(keys), 1000):
             chunk = keys[start:start + 1000]
             try:
-                obstore.delete(self.store, chunk)
+                _obstore().delete(self.store, chunk)
             except FileNotFoundError:
                 pass
             except Exception as exc:
@@ -287,7 +306,7 @@ class ObjectStorage(Storage):
         key = self.key(prefix.rstrip("/") + "/") if prefix.rstrip("/") != self.root else ""
         out: list[FileInfo] = []
         try:
-            for chunk in obstore.list(self.store, key or None, chunk_size=1000):
+            for chunk in _obstore().list(self.store, key or None, chunk_size=1000):
                 for meta in chunk:
                     modified = meta.get("last_modified")
                     mtime = int(modified.timestamp() * 1000) if modified is not None else None
@@ -295,3 +314,6 @@ class ObjectStorage(Storage):
         except Exception as exc:
             raise self._error("list", prefix, exc) from exc
         return out
+
+
+register_backend(SCHEMES, ObjectStorage)

@@ -31,6 +31,7 @@ import pyarrow.fs as pafs
 
 from arrowlake.errors import StorageError
 from arrowlake.io.object_files import ObjectFileSystemHandler, PrefetchedFile
+from arrowlake.io.object_store import ObjectStorage
 from arrowlake.io.storage import Storage
 
 #: Bytes fetched from the end of a file to get its footer in one request (most fit). It is
@@ -215,8 +216,6 @@ class Window:
 async def _fetch_window(storage: Storage, refs: Sequence[FileRef], fmt: ds.ParquetFileFormat,
                         columns: Collection[str] | None, filter: pc.Expression | None,
                         schema: Any, sem: asyncio.Semaphore) -> Window:
-    from arrowlake.io.object_store import ObjectStorage
-
     assert isinstance(storage, ObjectStorage)
     tails = await asyncio.gather(*(_fetch_tail(storage, r, sem) for r in refs))
     keys = [storage.key(r.path) for r in refs]

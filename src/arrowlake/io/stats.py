@@ -3,14 +3,21 @@
 Values are stored in a type-preserving JSON form: numbers and booleans as themselves, strings as
 strings, dates, times and timestamps as integers in their unit, decimals as strings. Decoding
 a whole column of stored values back into an Arrow array is one ``pa.array(...).cast(...)``.
+
+A file's statistics are ``{field id: [min, max, nulls]}`` plus, for float columns, a fourth
+entry: the number of NaN values (min and max skip NaN). ``"v": 2`` marks statistics written
+since decimal bounds are merged as numbers; decimal bounds without it may be wrong (they were
+merged across row groups as strings) and are read as unknown.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import math
 from collections.abc import Sequence
+from decimal import Decimal
 from typing import Any
 from urllib.parse import quote, unquote
 
@@ -23,7 +30,15 @@ from arrowlake.schema import field_id
 # truncated, which needs care for the max bound.
 MAX_STAT_STRING = 256
 
-NULL_PARTITION = "__NULL__"
+#: A null partition value in a directory name: ``quote`` never writes parentheses, so no value
+#: is named like it. (Until the defects issue's item 6 nulls were ``__NULL__``, the name of the
+#: string "__NULL__" too; existing partitions keep their paths.)
+NULL_PARTITION = "(null)"
+
+#: The key of the statistics format version in a file's statistics (absent: version 1).
+STATS_VERSION_KEY = "v"
+#: Version 2: decimal bounds merged as numbers, NaN counted for float columns.
+STATS_VERSION = 2
 
 
 def _storage_type(typ: pa.DataType) -> pa.DataType | None:
@@ -102,41 +117,56 @@ def column_stats(table: pa.Table | pa.RecordBatch, schema: pa.Schema) -> dict[st
             if mm is not None:
                 lo, hi = encode_scalar(mm["min"]), encode_scalar(mm["max"])
                 if pa.types.is_floating(field.type) and (lo is None or hi is None):
-                    lo = hi = None
-        out[str(field_id(field))] = [lo, hi, nulls]
+                    lo = hi = None  # only NaN: min_max skips NaN unless there is nothing else
+        entry = [lo, hi, nulls]
+        if pa.types.is_floating(field.type):
+            entry.append(int(pc.sum(pc.is_nan(col)).as_py() or 0) if len(col) else 0)
+        out[str(field_id(field))] = entry
     return out
 
 
-def merge_stats(parts: Sequence[tuple[dict[str, list[Any]], int]]) -> dict[str, list[Any]]:
-    """Combine the stats of consecutive chunks ``(stats, row_count)`` of one file."""
-    if len(parts) == 1:
-        return parts[0][0]
-    merged: dict[str, list[Any]] = {}
-    for fid in parts[0][0]:
-        los, his, nulls, unknown = [], [], 0, False
+def merge_stats(parts: Sequence[tuple[dict[str, list[Any]], int]],
+                schema: pa.Schema) -> dict[str, Any]:
+    """Combine the stats of consecutive chunks ``(stats, row_count)`` of one file (chunks of
+    ``schema``, as :func:`column_stats` made them) into the file's stored statistics.
+
+    Bounds are compared as values of their column's type: stored decimals are strings, and
+    ``"10.00" < "9.50"`` as strings.
+    """
+    decimals = {str(field_id(f)) for f in schema if pa.types.is_decimal(f.type)}
+    merged: dict[str, Any] = {STATS_VERSION_KEY: STATS_VERSION}
+    for fid in parts[0][0] if parts else ():
+        los, his, nulls, nans, unknown = [], [], 0, 0, False
         for stats, rows in parts:
-            lo, hi, n = stats[fid]
+            entry = stats[fid]
+            lo, hi, n = entry[:3]
             nulls += n
-            if n == rows:
-                continue  # only nulls: no bounds, and none needed
+            nans += entry[3] if len(entry) > 3 else 0
+            if n == rows or (len(entry) > 3 and n + entry[3] == rows):
+                continue  # only nulls (and NaN): no bounds, and none needed
             if lo is None or hi is None:
                 unknown = True
             else:
                 los.append(lo)
                 his.append(hi)
         if unknown or not los:
-            merged[fid] = [None, None, nulls]
+            out = [None, None, nulls]
+        elif fid in decimals:
+            out = [min(los, key=Decimal), max(his, key=Decimal), nulls]
         else:
-            merged[fid] = [min(los), max(his), nulls]
+            out = [min(los), max(his), nulls]
+        if len(parts[0][0][fid]) > 3:
+            out.append(nans)
+        merged[fid] = out
     return merged
 
 
 @functools.lru_cache(maxsize=8192)
-def parse_stats(text: str) -> dict[str, list[Any]]:
+def parse_stats(text: str) -> dict[str, Any]:
     """A data file's stored statistics, parsed once: files are immutable, so planning reuses
     the parse across the steps of one plan and across scans. The result is shared: read it,
     never change it."""
-    parsed: dict[str, list[Any]] = json.loads(text)
+    parsed: dict[str, Any] = json.loads(text)
     return parsed
 
 
@@ -145,11 +175,14 @@ def stats_table(
 ) -> pa.Table:
     """The stats of many files as one Arrow table, for vectorized pruning.
 
-    Columns: ``row_count`` and, for each of ``columns``, ``min.<c>``, ``max.<c>``, ``nulls.<c>``.
+    Columns: ``row_count`` and, for each of ``columns``, ``min.<c>``, ``max.<c>``, ``nulls.<c>``
+    and, for float columns, ``nans.<c>`` (null where unknown: statistics written before NaN
+    was counted). Decimal bounds of statistics older than version 2 are null (unknown).
     """
     decoded = [parse_stats(s) if s else {} for s in stats_json]
     arrays: list[pa.Array] = [row_counts]
     names = ["row_count"]
+    current: list[bool] | None = None
     for name in columns:
         field = schema.field(name)
         fid = str(field_id(field))
@@ -157,22 +190,64 @@ def stats_table(
         lo = [t[0] if t else None for t in triples]
         hi = [t[1] if t else None for t in triples]
         nulls = [t[2] if t else None for t in triples]
-        arrays += [decode_values(lo, field.type), decode_values(hi, field.type),
-                   pa.array(nulls, type=pa.int64())]
+        lo_arr, hi_arr = decode_values(lo, field.type), decode_values(hi, field.type)
+        if pa.types.is_decimal(field.type):
+            if current is None:
+                current = [d.get(STATS_VERSION_KEY, 1) >= STATS_VERSION for d in decoded]
+            trusted = pa.array(current, pa.bool_())
+            lo_arr = pc.if_else(trusted, lo_arr, pa.scalar(None, field.type))
+            hi_arr = pc.if_else(trusted, hi_arr, pa.scalar(None, field.type))
+        arrays += [lo_arr, hi_arr, pa.array(nulls, type=pa.int64())]
         names += [f"min.{name}", f"max.{name}", f"nulls.{name}"]
+        if pa.types.is_floating(field.type):
+            arrays.append(pa.array([t[3] if t and len(t) > 3 else None for t in triples],
+                                   type=pa.int64()))
+            names.append(f"nans.{name}")
     return pa.Table.from_arrays(arrays, names=names)
 
 
 # -- partitions -------------------------------------------------------------------------------
 
 
+#: The longest directory name a partition column gets; longer ones (values of some 250 bytes
+#: and more) are named by a hash of the value, since file systems limit a name to 255 bytes.
+MAX_PARTITION_SEGMENT = 255
+# Characters of a long value kept in front of its hash, to keep directories recognizable.
+_HASHED_PREFIX_BYTES = 48
+
+
 def partition_path(names: Sequence[str], values: Sequence[Any]) -> str:
-    """Hive-style directory for encoded partition values: ``day=2026-11-01/region=eu``."""
+    """Hive-style directory for partition values: ``day=2026-11-01/region=eu``.
+
+    Distinct values get distinct directories (the metastore knows a partition by its path): a
+    null is :data:`NULL_PARTITION`, and a value whose directory name would exceed
+    :data:`MAX_PARTITION_SEGMENT` bytes is named ``<its first characters>=<160 bits of its
+    SHA-256, in hex>`` (the value is kept whole in the metastore). ``quote`` never writes
+    parentheses, nor a raw ``=`` after the first, so these names meet no plain value.
+    """
     parts = []
     for name, value in zip(names, values, strict=True):
-        text = NULL_PARTITION if value is None else str(value)
-        parts.append(f"{quote(name, safe='')}={quote(text, safe='')}")
+        key = quote(name, safe="")
+        if value is None:
+            text = NULL_PARTITION
+        else:
+            raw = str(value)
+            text = quote(raw, safe="")
+            if len(key) + 1 + len(text) > MAX_PARTITION_SEGMENT:
+                text = _hashed_segment(raw)
+        parts.append(f"{key}={text}")
     return "/".join(parts)
+
+
+def _hashed_segment(raw: str) -> str:
+    digest = hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()[:40]
+    prefix = ""
+    for ch in raw:  # whole characters only, up to the byte budget (one value, not per row)
+        quoted = quote(ch, safe="")
+        if len(prefix) + len(quoted) > _HASHED_PREFIX_BYTES:
+            break
+        prefix += quoted
+    return f"{prefix}={digest}"
 
 
 def partition_display(typ: pa.DataType, value: Any) -> Any:
@@ -184,6 +259,8 @@ def partition_display(typ: pa.DataType, value: Any) -> Any:
 
 
 def parse_partition_path(path: str) -> dict[str, str]:
+    """The directory values of a partition path, as text (a hashed long value stays hashed:
+    the metastore's partition values are the source of truth)."""
     out = {}
     for part in path.split("/"):
         key, _, value = part.partition("=")

@@ -1,8 +1,9 @@
 """Where data files live: a small storage contract and its local-disk backend.
 
 Table code speaks only to :class:`Storage`; a backend turns its calls into filesystem or object
-store requests. Storage SDKs are imported only in their backend module, chosen by the location's
-scheme in :func:`storage_for`.
+store requests. Other backends register the location schemes they serve
+(:func:`register_backend`); :func:`storage_for` picks one by the location's scheme. Storage SDKs
+are imported only in their backend module, when first used.
 """
 
 from __future__ import annotations
@@ -10,15 +11,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import sys
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 
-from arrowlake.errors import StorageError, ValidationError
+from arrowlake.errors import DataFileError, StorageError, ValidationError
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,10 @@ class Storage(ABC):
 
     async def read_suffix_async(self, path: str, length: int) -> bytes:
         return await asyncio.to_thread(self.read_suffix, path, length)
+
+    @abstractmethod
+    def file_size(self, path: str) -> int | None:
+        """The size of a file in bytes, None if it does not exist."""
 
     @abstractmethod
     def delete(self, paths: Iterable[str]) -> None:
@@ -142,6 +149,14 @@ class LocalStorage(Storage):
         except OSError as exc:
             raise StorageError(f"Cannot read {path}: {exc}") from exc
 
+    def file_size(self, path: str) -> int | None:
+        try:
+            return os.stat(path).st_size
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StorageError(f"Cannot inspect {path}: {exc}") from exc
+
     def delete(self, paths: Iterable[str]) -> None:
         for path in paths:
             with contextlib.suppress(FileNotFoundError):
@@ -162,6 +177,52 @@ class LocalStorage(Storage):
         return out
 
 
+def discard_after_failure(storage: Storage, paths: Sequence[str]) -> None:
+    """Delete the files of a write that failed, from the ``except`` block handling its error.
+
+    When the deletion fails too (the storage is down, credentials expired, ...), the write's
+    own error is what the caller raises: the deletion's failure is attached to it as a note
+    instead of replacing it. Called with no error being handled, a failure raises as usual.
+    """
+    if not paths:
+        return
+    failure = sys.exc_info()[1]
+    try:
+        storage.delete(paths)
+    except Exception as cleanup:
+        if failure is None:
+            raise
+        failure.add_note(
+            f"Deleting the {len(paths)} file(s) this write had written also failed "
+            f"({type(cleanup).__name__}: {cleanup}). They are not part of the table; "
+            "remove_orphan_files() deletes them once the storage is reachable again.")
+
+
+def data_file_damage(storage: Storage, path: str, size: int, *,
+                     read_all: bool = False) -> str | None:
+    """What is wrong with the Parquet data file at ``path`` that was written with ``size``
+    bytes (missing, truncated, overwritten; with ``read_all`` also pages that do not decode),
+    or None when nothing is."""
+    actual = storage.file_size(path)
+    if actual is None:
+        return "does not exist"
+    if actual != size:
+        return f"has {actual} bytes where {size} were written (truncated or replaced)"
+    if size < 12 or storage.read_suffix(path, 4) != b"PAR1":
+        return "is not a Parquet file any more (no PAR1 trailer)"
+    if not read_all:
+        return None
+    try:
+        with storage.filesystem().open_input_file(storage.fs_path(path)) as source:
+            for _ in pq.ParquetFile(source).iter_batches(batch_size=65_536):
+                pass
+    except (OSError, pa.ArrowException) as exc:
+        if isinstance(exc, StorageError) and not isinstance(exc, DataFileError):
+            raise  # the storage failed, not the file
+        return f"is corrupt ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+    return None
+
+
 def split_scheme(location: str) -> tuple[str, str]:
     if "://" in location:
         scheme, rest = location.split("://", 1)
@@ -169,18 +230,38 @@ def split_scheme(location: str) -> tuple[str, str]:
     return "file", location
 
 
+#: Builds the storage of a location from it and its ``storage_options``.
+BackendFactory = Callable[[str, dict[str, Any]], Storage]
+
+_BACKENDS: dict[str, BackendFactory] = {}
+
+
+def register_backend(schemes: Iterable[str], factory: BackendFactory) -> None:
+    """Serve locations of ``schemes`` (``"s3"``, ...) with storages built by ``factory``.
+
+    Backend modules call this when imported; :mod:`arrowlake.io` imports those that ship with
+    arrowlake, so every process that uses arrowlake has them registered.
+    """
+    for scheme in schemes:
+        _BACKENDS[scheme.lower()] = factory
+
+
 def storage_for(location: str, options: Mapping[str, Any] | None = None) -> Storage:
     """The storage backend for a location: a local path, ``file://``, or an object store URL."""
     scheme, _ = split_scheme(location)
     if scheme == "file":
         return LocalStorage()
-    if scheme in ("s3", "s3a", "gs", "az", "abfs", "abfss", "memory"):
-        from arrowlake.io.object_store import ObjectStorage
-
-        return ObjectStorage(location, dict(options or {}))
+    factory = _BACKENDS.get(scheme)
+    if factory is not None:
+        return factory(location, dict(options or {}))
     raise ValidationError(
         f"Unsupported storage location {location!r}: use a local path, file://, or s3://"
     )
+
+
+def is_within(path: str, location: str) -> bool:
+    """Whether ``path`` is ``location`` or below it (both normalized, same scheme)."""
+    return path == location or path.startswith(location.rstrip("/") + "/")
 
 
 def normalize_location(location: str) -> str:

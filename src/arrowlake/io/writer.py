@@ -23,13 +23,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from arrowlake.errors import ValidationError
 from arrowlake.io.stats import (
     column_stats,
     encode_partition_value,
     merge_stats,
     partition_path,
 )
-from arrowlake.io.storage import Storage
+from arrowlake.io.storage import Storage, discard_after_failure
 from arrowlake.metastore.store import NewFile
 
 _EXECUTOR_LOCK = threading.Lock()
@@ -81,8 +82,6 @@ class WriteOptions:
 
 def _int_property(props: Mapping[str, str], name: str, default: int, *,
                   positive: bool = True) -> int:
-    from arrowlake.errors import ValidationError
-
     value = props.get(name)
     if value is None or value == "":
         return default
@@ -102,8 +101,6 @@ _CODECS = ("zstd", "snappy", "lz4", "gzip", "brotli", "none")
 def _choice_property(props: Mapping[str, str], name: str, choices: Sequence[str]) -> str:
     """The property's value (case-insensitive) if it is one of ``choices`` (the first is the
     default), else a clear error."""
-    from arrowlake.errors import ValidationError
-
     value = props.get(name, choices[0])
     text = value.strip().lower()
     if text not in choices:
@@ -220,7 +217,8 @@ class DataFileWriter:
         extra = self.file_hook(pa.concat_tables(self._hook_chunks)) if self.file_hook else {}
         self.files.append(NewFile(
             path=self._path, schema_id=self.target.schema_id, row_count=self._rows,
-            file_size=size, stats=json.dumps(merge_stats(self._chunks), separators=(",", ":")),
+            file_size=size, stats=json.dumps(merge_stats(self._chunks, self.target.schema),
+                             separators=(",", ":")),
             partition_path=self.partition_path, partition_values=self.partition_values,
             bucket=self.bucket, **extra,
         ))
@@ -242,7 +240,7 @@ class DataFileWriter:
                 self._writer.close()
             if self._sink is not None:
                 self._sink.close()
-        self.target.storage.delete(self.written)
+        discard_after_failure(self.target.storage, self.written)
 
 
 # Dictionary encoding pays when values repeat; on mostly-distinct columns the writer builds a
@@ -345,10 +343,11 @@ class FileSetWriter:
         self.target = target
         self.partition_by = list(partition_by)
         self.directory = directory
-        self._writers: dict[tuple[Any, ...], DataFileWriter] = {}
+        self._writers: dict[str, DataFileWriter] = {}
 
     def _writer_for(self, values: tuple[pa.Scalar, ...]) -> DataFileWriter:
-        key = tuple(encode_partition_value(v) for v in values)
+        # Keyed by the stored JSON form, which is also what the metastore records.
+        key = json.dumps([encode_partition_value(v) for v in values])
         writer = self._writers.get(key)
         if writer is None:
             shown = [v.as_py() if v.is_valid else None for v in values]
@@ -356,7 +355,7 @@ class FileSetWriter:
             directory = f"{self.directory}/{ppath}" if ppath else self.directory
             writer = DataFileWriter(
                 self.target, directory, partition_path=ppath,
-                partition_values=json.dumps(list(key)) if self.partition_by else None)
+                partition_values=key if self.partition_by else None)
             self._writers[key] = writer
         return writer
 

@@ -10,7 +10,9 @@ import json
 import os
 import random
 import re
+import sqlite3
 import time
+import urllib.parse
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -160,8 +162,8 @@ def _rows_to_table(rows: Sequence[Sequence[Any]], schema: pa.Schema) -> pa.Table
                     schema=schema)
 
 
-def sqlite_read_only_url(url: str) -> str | None:
-    """A read-only URL for an SQLite database file this process cannot write, else None.
+def sqlite_read_only_uri(url: str) -> str | None:
+    """A read-only SQLite URI for the database file of ``url`` if this process cannot write it.
 
     Checked up front: SQLite would otherwise fail only at the first write (after the commit
     retries), and cannot even read a WAL database whose folder it may not create ``-shm`` in.
@@ -169,10 +171,16 @@ def sqlite_read_only_url(url: str) -> str | None:
     parsed = sa.engine.make_url(url)
     path = parsed.database
     if parsed.get_backend_name() != "sqlite" or not path or path == ":memory:" \
-            or path.startswith("file:") or not os.path.exists(path):
+            or path.startswith("file:"):
         return None
     folder = os.path.dirname(os.path.abspath(path)) or "."
     folder_writable = os.access(folder, os.W_OK)
+    if not os.path.exists(path):
+        if os.path.isdir(folder) and not folder_writable:
+            raise ReadOnlyLake(
+                f"There is no lake database at {path}, and its folder is read-only here, so "
+                "none can be created")
+        return None
     if folder_writable and os.access(path, os.W_OK):
         return None
     # mode=ro still follows the WAL of a writer that may exist (who has the -wal and -shm
@@ -182,14 +190,30 @@ def sqlite_read_only_url(url: str) -> str | None:
         mode = "mode=ro"
     else:
         mode = "immutable=1"
-    return f"sqlite:///file:{os.path.abspath(path)}?{mode}&uri=true"
+    return f"file:{urllib.parse.quote(os.path.abspath(path))}?{mode}"
 
 
-def _make_engine(url: str, read_only: bool) -> Engine:
+def _display_location(url: str) -> str:
+    """Where the metastore is, for messages: the database file, or the URL without password."""
+    parsed = sa.engine.make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        path = parsed.database or ":memory:"
+        return path[len("file:"):] if path.startswith("file:") else path
+    return parsed.render_as_string(hide_password=True)
+
+
+def _make_engine(url: str, read_only: bool, read_only_uri: str | None = None) -> Engine:
     if url.startswith("postgresql://") or url.startswith("postgres://"):
         url = "postgresql+psycopg://" + url.split("://", 1)[1]
     if url.startswith("sqlite"):
-        engine = sa.create_engine(url, connect_args={"timeout": 120})
+        if read_only_uri is not None:
+            # Opened by hand: a URL would not carry a quoted path through to SQLite intact.
+            engine = sa.create_engine(
+                "sqlite://", poolclass=sa.pool.QueuePool,
+                creator=lambda: sqlite3.connect(read_only_uri, uri=True, timeout=120,
+                                                check_same_thread=False))
+        else:
+            engine = sa.create_engine(url, connect_args={"timeout": 120})
 
         @sa.event.listens_for(engine, "connect")
         def _on_connect(dbapi_conn: Any, _record: Any) -> None:
@@ -235,9 +259,13 @@ class Metastore:
 
     def __init__(self, url: str, *, commit_retries: int = 100) -> None:
         self.url = url
-        read_only_url = sqlite_read_only_url(url) if url.startswith("sqlite") else None
-        self.read_only = read_only_url is not None or "mode=ro" in url or "immutable=1" in url
-        self.engine = _make_engine(read_only_url or url, self.read_only)
+        sqlite = url.startswith("sqlite")
+        read_only_uri = sqlite_read_only_uri(url) if sqlite else None
+        self.read_only = read_only_uri is not None or (
+            sqlite and ("mode=ro" in url or "immutable=1" in url))
+        self.engine = _make_engine(url, self.read_only, read_only_uri)
+        #: Where the metastore is, for messages: the database file, or the URL without password.
+        self.location = _display_location(url)
         self.commit_retries = commit_retries
         self._schema_cache: dict[tuple[int, int], pa.Schema] = {}
         self._init_database()
@@ -257,12 +285,10 @@ class Metastore:
             yield conn
 
     def _read_only_error(self) -> ReadOnlyLake:
-        where = self.engine.url.database if self.dialect == "sqlite" else \
-            self.engine.url.render_as_string(hide_password=True)
         return ReadOnlyLake(
-            f"The lake's metastore {where} is read-only here: reads work, but writes (commits, "
-            "schema changes, tags, creating or dropping tables) need write access to the "
-            "database (and, for SQLite, to its folder)")
+            f"The lake's metastore {self.location} is read-only here: reads work, but writes "
+            "(commits, schema changes, tags, creating or dropping tables) need write access to "
+            "the database (and, for SQLite, to its folder)")
 
     @contextmanager
     def _write(self) -> Iterator[Connection]:
@@ -292,11 +318,11 @@ class Metastore:
             version = self._stored_version()
             if version is None:
                 raise ReadOnlyLake(
-                    f"{self.engine.url.database} holds no arrowlake metastore, and it is "
-                    "read-only here, so none can be created")
+                    f"{self.location} holds no arrowlake metastore, and it is read-only here, so "
+                    "none can be created")
             if version < t.SCHEMA_VERSION:
                 raise ReadOnlyLake(
-                    f"The metastore {self.engine.url.database} has schema version {version} and "
+                    f"The metastore {self.location} has schema version {version} and "
                     f"must be upgraded to {t.SCHEMA_VERSION} before this arrowlake can read "
                     "it, which needs write access: open it once where it is writable")
         else:
@@ -341,6 +367,16 @@ class Metastore:
         is set on the driver connection before the transaction and restored after it;
         ``foreign_key_check`` proves the rebuilt tables consistent before the commit.
         """
+        try:
+            with self._migration_transaction() as conn:
+                yield conn
+        except DBAPIError as exc:
+            if _is_read_only_error(exc):
+                raise self._read_only_error() from exc
+            raise
+
+    @contextmanager
+    def _migration_transaction(self) -> Iterator[Connection]:
         with self.engine.connect().execution_options(arrowlake_write=True) as conn:
             raw = conn.connection.driver_connection if self.dialect == "sqlite" else None
             if raw is not None:
@@ -529,6 +565,22 @@ class Metastore:
         with self._read() as conn:
             return [(r[0], r[1]) for r in conn.execute(query)]
 
+    def table_locations(self) -> list[tuple[int, str, str]]:
+        """``(table_id, "ns.table", location)`` of every table, in one query."""
+        query = sa.select(t.tables.c.table_id, t.tables.c.namespace, t.tables.c.name,
+                          t.tables.c.location)
+        with self._read() as conn:
+            return [(r[0], f"{r[1]}.{r[2]}", r[3]) for r in conn.execute(query)]
+
+    def database_file(self) -> str | None:
+        """The SQLite database file of this metastore (None for a server database)."""
+        if self.engine.dialect.name != "sqlite":
+            return None
+        path = self.engine.url.database
+        if not path or path == ":memory:" or path.startswith("file:"):
+            return None
+        return str(path)
+
     @staticmethod
     def _dropped(table_id: int) -> TableNotFound:
         return TableNotFound(
@@ -585,8 +637,12 @@ class Metastore:
         return cached
 
     def add_schema(self, table_id: int, schema: pa.Schema, *, expected_schema_id: int,
-                   last_field_id: int) -> int:
-        """Make ``schema`` the table's current schema, if it is still at ``expected_schema_id``."""
+                   last_field_id: int, properties: dict[str, str] | None = None) -> int:
+        """Make ``schema`` the table's current schema, if it is still at ``expected_schema_id``
+        (and, in the same transaction, ``properties`` its properties when given)."""
+        values: dict[str, Any] = {"last_field_id": last_field_id}
+        if properties is not None:
+            values["properties"] = json.dumps(properties)
         with self._write() as conn:
             self._lock_table(conn, table_id)
             new_id = conn.execute(sa.select(sa.func.max(t.schemas.c.schema_id)).where(
@@ -595,7 +651,7 @@ class Metastore:
                 t.tables.update()
                 .where((t.tables.c.table_id == table_id)
                        & (t.tables.c.current_schema_id == expected_schema_id))
-                .values(current_schema_id=new_id, last_field_id=last_field_id))
+                .values(current_schema_id=new_id, **values))
             if res.rowcount != 1:
                 raise CommitConflict(
                     "The table's schema was changed by another writer meanwhile; reload the "
@@ -811,12 +867,30 @@ class Metastore:
                 return CommitResult(result[0], attempts, result[1])
             except CommitConflict:
                 raise
-            except (IntegrityError, OperationalError, _LostRace) as exc:
+            except (DBAPIError, _LostRace) as exc:
+                retryable = isinstance(exc, (IntegrityError, OperationalError, _LostRace)) or (
+                    isinstance(exc, DBAPIError) and exc.connection_invalidated)
+                if not retryable:
+                    raise
                 if attempts >= self.commit_retries:
+                    landed = self._landed(table_id, token)
+                    if landed is not None:
+                        return CommitResult(landed, attempts)
                     raise CommitConflict(
                         f"Gave up committing to table {table_id} after {attempts} attempts: "
                         f"{exc}") from exc
                 time.sleep(min(0.5, 0.002 * 2 ** min(attempts, 8)) * random.random())
+
+    def _landed(self, table_id: int, token: str, conn: Connection | None = None) -> int | None:
+        """The snapshot an attempt with ``token`` committed, if one did."""
+        query = sa.select(t.snapshots.c.snapshot_id).where(
+            (t.snapshots.c.table_id == table_id) & (t.snapshots.c.write_token == token))
+        if conn is None:
+            with self._read() as own:
+                row = own.execute(query).first()
+        else:
+            row = conn.execute(query).first()
+        return None if row is None else int(row[0])
 
     def _commit_once(self, conn: Connection, table_id: int, base: int | None,
                      change: SnapshotChange, token: str | None = None,
@@ -830,11 +904,9 @@ class Metastore:
             raise self._dropped(table_id)
         current, last = row[0], int(row[1])
         if retrying and token is not None:
-            mine = conn.execute(sa.select(t.snapshots.c.snapshot_id).where(
-                (t.snapshots.c.table_id == table_id)
-                & (t.snapshots.c.write_token == token))).first()
+            mine = self._landed(table_id, token, conn)
             if mine is not None:
-                return int(mine[0]), False
+                return mine, False
         if change.commit_id is not None:
             dup = conn.execute(sa.select(t.snapshots.c.snapshot_id).where(
                 (t.snapshots.c.table_id == table_id)

@@ -13,14 +13,29 @@ import functools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import product
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from arrowlake.expressions import AlwaysTrue, Expr, all_match, may_match, referenced_columns
+from arrowlake.expressions import (
+    AlwaysTrue,
+    Comparison,
+    Expr,
+    In,
+    Literal,
+    all_match,
+    and_all,
+    coerce_literal,
+    conjuncts,
+    may_match,
+    referenced_columns,
+)
 from arrowlake.io.stats import parse_stats, partition_table, stats_table
 from arrowlake.io.storage import Storage
+from arrowlake.merge.bucketing import buckets_for_keys
+from arrowlake.merge.runs import KIND_FIELD, KIND_FIELD_ID
 from arrowlake.metastore.store import Metastore, TableRecord
 from arrowlake.scan.split import FileTask, MergeSpec, Split
 
@@ -54,8 +69,6 @@ def _partition_ids(view: TableView, expr: Expr) -> list[int] | None:
         return None
     parts = partition_table(rows, view.schema, part_cols)
     # Only the conjuncts on partition columns can be judged from partition values.
-    from arrowlake.expressions import and_all, conjuncts
-
     on_parts = and_all([c for c in conjuncts(expr) if referenced_columns(c) <= set(part_cols)])
     if isinstance(on_parts, AlwaysTrue):
         return None
@@ -69,11 +82,6 @@ def _partition_ids(view: TableView, expr: Expr) -> list[int] | None:
 def key_buckets(view: TableView, expr: Expr) -> list[int] | None:
     """Buckets that can hold the keys a filter pins down with ``=`` or ``IN`` on every key
     column, or None when the filter does not pin the full key."""
-    from itertools import product
-
-    from arrowlake.expressions import Comparison, In, Literal, conjuncts
-    from arrowlake.table.bucketing import buckets_for_keys
-
     key = list(view.record.primary_key)
     buckets = view.record.buckets
     if not key or not buckets:
@@ -109,8 +117,6 @@ def key_buckets(view: TableView, expr: Expr) -> list[int] | None:
 
 def _coerce(column: str, value: object, typ: pa.DataType) -> object:
     """A filter literal as a value of the key column's type (the bucket hash needs the type)."""
-    from arrowlake.expressions import coerce_literal
-
     scalar = coerce_literal(column, value, typ)
     if scalar.type != typ:
         raise TypeError(f"{value!r} is not a value of {typ}")
@@ -126,8 +132,6 @@ def plan_files(view: TableView, expr: Expr) -> pa.Table:
     """
     buckets = None
     if view.record.primary_key:
-        from arrowlake.expressions import and_all, conjuncts
-
         keys = set(view.record.primary_key)
         expr = and_all([c for c in conjuncts(expr) if referenced_columns(c) <= keys])
         buckets = key_buckets(view, expr)
@@ -194,8 +198,6 @@ def _run_facts(view: TableView, files: pa.Table
     """Per primary-key run: its key range (None when the key's stored values do not compare
     in Python like in Arrow) and whether it holds only additions, so readers can skip merging
     runs that no other run overlaps. From the metastore: no data is read."""
-    from arrowlake.table.primary_key import KIND_FIELD_ID
-
     key_types = [view.schema.field(k).type for k in view.record.primary_key
                  if k in view.schema.names]
     comparable = len(key_types) == len(view.record.primary_key) and all(
@@ -257,8 +259,6 @@ def make_splits(
     schemas = file_schemas(view, tasks)
     groups: list[list[FileTask]] = []
     if merge is not None:
-        from arrowlake.table.primary_key import KIND_FIELD
-
         # Data files of primary-key tables carry the row-kind column besides the table's.
         schemas = {sid: s.append(KIND_FIELD) for sid, s in schemas.items()}
         by_bucket: dict[tuple[int | None, int | None], list[FileTask]] = {}
@@ -282,6 +282,6 @@ def make_splits(
         Split(view.storage, tuple(group), {sid: schemas[sid] for sid in {t.schema_id
                                                                           for t in group}},
               view.schema, tuple(columns), expr, limit, merge,
-              partition_by=tuple(view.record.partition_by))
+              partition_by=tuple(view.record.partition_by), table=view.record.full_name)
         for group in groups
     ]

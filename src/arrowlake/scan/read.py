@@ -4,25 +4,56 @@ Files are grouped by the schema version they were written in; each group is one 
 dataset read with threads, pushed-down projection and filter (row groups are skipped by their
 statistics). Columns are matched by field id, so renamed columns are found under their old
 names, widened ones are cast, and columns added later read as nulls.
+
+Splits of primary-key tables hold whole buckets: each bucket's runs are read here and merged by
+:mod:`arrowlake.merge.read`, unless they need no merging (see :func:`needs_merge`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import inspect
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from itertools import chain, pairwise
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
-from arrowlake.errors import ValidationError
-from arrowlake.expressions import AlwaysTrue, referenced_columns, rename_columns, to_arrow
-from arrowlake.io.storage import Storage
-from arrowlake.scan.split import FileTask, Split
+from arrowlake.errors import ArrowlakeError, DataFileError, StorageError, ValidationError
+from arrowlake.expressions import (
+    AlwaysTrue,
+    Expr,
+    and_all,
+    conjuncts,
+    referenced_columns,
+    rename_columns,
+    to_arrow,
+)
+from arrowlake.expressions.binding import value_type
+from arrowlake.io.prefetch import FileRef, prefetched_windows
+from arrowlake.io.stats import decode_values
+from arrowlake.io.storage import Storage, data_file_damage
+from arrowlake.merge.read import (
+    Bucket,
+    MergeSpec,
+    as_runs,
+    merge_buckets,
+    merge_rows,
+    split_filter,
+    split_residual,
+)
+from arrowlake.merge.runs import KIND_COLUMN, KIND_FIELD
 from arrowlake.schema import field_id
+
+if TYPE_CHECKING:
+    from arrowlake.scan.split import FileTask, Split
 
 _FORMAT = ds.ParquetFileFormat(
     default_fragment_scan_options=ds.ParquetFragmentScanOptions(pre_buffer=True)
@@ -51,13 +82,82 @@ class _GroupRead:
             fragments = [_fragment(storage, fs, f) for f in self.files]
             yield ds.FileSystemDataset(fragments, self.file_schema, _FORMAT, fs)
             return
-        from arrowlake.io.prefetch import FileRef, prefetched_windows
-
         refs = [FileRef(f.path, f.file_size) for f in self.files]
         for window in prefetched_windows(storage, refs, _FORMAT, columns=self.read_columns,
                                          filter=self.filter, schema=self.file_schema):
             yield ds.FileSystemDataset(window.fragments, self.file_schema, _FORMAT,
                                        window.filesystem)
+
+
+_CHECKED = "_arrowlake_files_checked"
+
+
+@contextlib.contextmanager
+def _reading(split: Split) -> Iterator[None]:
+    """Reading the split's files: a failure caused by a damaged data file (missing, truncated,
+    overwritten, not decodable) becomes a :class:`DataFileError` naming the table and the file;
+    any other failure stays as it is."""
+    try:
+        yield
+    except DataFileError:
+        raise
+    except (OSError, pa.ArrowInvalid) as exc:
+        if getattr(exc, _CHECKED, False):
+            raise  # a nested read (a merge's runs) checked its files already
+        found = _damaged_file(split, exc)
+        if found is None:
+            with contextlib.suppress(AttributeError):
+                setattr(exc, _CHECKED, True)
+            raise
+        task, damage = found
+        table = f"Table '{split.table}'" if split.table else "The table"
+        raise DataFileError(
+            f"{table} cannot be read: its data file {task.path} {damage}. Restore the file "
+            "(from a backup or replica), or read a snapshot from before the file was added "
+            "(table.snapshots(), table.scan(snapshot=...)); writes that must read the file "
+            "(deletes, compaction) fail the same way until then") from exc
+
+
+def _damaged_file(split: Split, exc: BaseException) -> tuple[FileTask, str] | None:
+    """The file of the split that caused ``exc`` and what is wrong with it, if a file did."""
+    storage = split.storage
+    message = str(exc)
+    named = [f for f in split.files
+             if f.path in message or storage.fs_path(f.path) in message]
+    try:
+        # The file the error names first, then cheap checks (exists, size, trailer) of all,
+        # then, as decoding failures name no file, a full read of each in turn.
+        for read_all in (False, True):
+            for task in [*named, *split.files] if read_all else (named or split.files):
+                damage = data_file_damage(storage, task.path, task.file_size,
+                                          read_all=read_all)
+                if damage is not None:
+                    return task, damage
+    except StorageError:
+        return None  # the storage itself fails: the original error says how
+    return None
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _checked(read: _F) -> _F:
+    """``read(split, ...)`` (a function or a generator) raising :class:`DataFileError` for a
+    damaged file of the split."""
+    if inspect.isgeneratorfunction(read):
+        @functools.wraps(read)
+        def generator(split: Split, *args: Any, **kwargs: Any) -> Any:
+            with _reading(split):
+                yield from read(split, *args, **kwargs)
+
+        return generator  # type: ignore[return-value]
+
+    @functools.wraps(read)
+    def function(split: Split, *args: Any, **kwargs: Any) -> Any:
+        with _reading(split):
+            return read(split, *args, **kwargs)
+
+    return function  # type: ignore[return-value]
 
 
 _FRAGMENTS: OrderedDict[tuple[str, int], ds.ParquetFileFragment] = OrderedDict()
@@ -165,8 +265,6 @@ def partition_scalars(split: Split, task: FileTask, columns: Sequence[str],
                        cache: dict[tuple[str | None, str], pa.Scalar]) -> list[pa.Scalar]:
     import json
 
-    from arrowlake.io.stats import decode_values
-
     out = []
     for name in columns:
         key = (task.partition_values, name)
@@ -218,18 +316,46 @@ def _plan_read(split: Split, schema_id: int, files: list[FileTask],
     pushed: pc.Expression | None = None
     residual: pc.Expression | None = None
     if not isinstance(split.filter, AlwaysTrue):
-        refs = referenced_columns(split.filter)
-        if all(physical.get(c) is not None for c in refs):
+        to_push, kept = _pushable(split.filter, split.schema, file_schema, physical)
+        refs = referenced_columns(to_push)
+        if not isinstance(to_push, AlwaysTrue) and all(physical.get(c) is not None
+                                                       for c in refs):
             mapping = {c: str(physical[c]) for c in refs if physical[c] != c}
             try:
-                expr = rename_columns(split.filter, mapping) if mapping else split.filter
+                expr = rename_columns(to_push, mapping) if mapping else to_push
                 pushed = to_arrow(expr, file_schema)
             except ValidationError:
                 pushed = None
         if pushed is None:
-            residual = to_arrow(split.filter, split.schema)
+            kept = split.filter
+        if not isinstance(kept, AlwaysTrue):
+            residual = to_arrow(kept, split.schema)
     read_columns = [c for c in physical.values() if c is not None]
     return _GroupRead(split.storage, files, file_schema, read_columns, columns, pushed, residual)
+
+
+def _pushable(expr: Expr, schema: pa.Schema, file_schema: pa.Schema,
+              physical: dict[str, str | None]) -> tuple[Expr, Expr]:
+    """``(conjuncts pyarrow may prune row groups with, the rest)`` of a filter.
+
+    Conjuncts on float columns are kept from pyarrow: Parquet row-group statistics leave NaN
+    out and bound an all-zero group by ``[-0.0, 0.0]``, and pyarrow's pruning with them
+    drops rows (``x != 1`` loses NaN rows, ``x IN (0.0)`` a group of zeros) and its
+    ``count_rows`` counts rows that do not match (NaN under ``x <= 1``). They are applied to
+    the rows read instead, with Arrow's own kernels.
+    """
+    def floating(name: str) -> bool:
+        old = physical.get(name)
+        types = [schema.field(name).type] if name in schema.names else []
+        if old is not None and old in file_schema.names:
+            types.append(file_schema.field(old).type)
+        return any(pa.types.is_floating(value_type(t)) for t in types)
+
+    push: list[Expr] = []
+    keep: list[Expr] = []
+    for c in conjuncts(expr):
+        (keep if any(floating(n) for n in referenced_columns(c)) else push).append(c)
+    return and_all(push), and_all(keep)
 
 
 def _needed_columns(split: Split) -> tuple[list[str], bool]:
@@ -288,12 +414,11 @@ def limited(batches: Iterator[pa.RecordBatch], limit: int | None) -> Iterator[pa
 def read_split(split: Split) -> Iterator[pa.RecordBatch]:
     """Yield the split's rows batch by batch (bounded memory)."""
     if split.merge is not None:
-        from arrowlake.table.merge_read import read_merged
-
         return read_merged(split)
     return limited(_read_plain(split), split.limit)
 
 
+@_checked
 def _read_plain(split: Split) -> Iterator[pa.RecordBatch]:
     needed, extra = _needed_columns(split)
     if _constant_columns(split, split.files, needed):
@@ -310,6 +435,7 @@ def _read_plain(split: Split) -> Iterator[pa.RecordBatch]:
                 yield _finish(batch, group, split, extra, out_schema)
 
 
+@_checked
 def read_tagged(split: Split) -> Iterator[tuple[FileTask, pa.RecordBatch]]:
     """The rows of a split without merging, each batch with the file it came from.
 
@@ -337,6 +463,7 @@ def read_tagged(split: Split) -> Iterator[tuple[FileTask, pa.RecordBatch]]:
                 yield task, _finish(batch, group, split, extra, out_schema, filled, built)
 
 
+@_checked
 def read_split_table(split: Split) -> pa.Table:
     """All of the split's rows as one table (reads each schema group with threads)."""
     out_schema = split.output_schema()
@@ -360,13 +487,12 @@ def read_split_table(split: Split) -> pa.Table:
     return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
 
 
+@_checked
 def count_split(split: Split) -> int:
     """Rows of the split that match its filter, reading only what the filter needs."""
     if split.merge is not None:
         return sum(b.num_rows for b in read_split(split))
-    narrowed = Split(split.storage, split.files, split.file_schemas, split.schema,
-                     columns=(), filter=split.filter, merge=None,
-                     batch_size=split.batch_size, partition_by=split.partition_by)
+    narrowed = replace(split, columns=(), limit=None, merge=None)
     needed, _ = _needed_columns(narrowed)
     total = 0
     for schema_id, files in _group_by_schema(split.files):
@@ -378,3 +504,160 @@ def count_split(split: Split) -> int:
                 table = dataset.to_table(columns=group.columns, filter=group.filter)
                 total += table.filter(group.residual).num_rows
     return total
+
+
+# -- primary-key splits: each bucket's runs read, then merged by arrowlake.merge -----------
+
+
+def bucket_groups(files: Sequence[FileTask]) -> list[list[FileTask]]:
+    groups: dict[tuple[int | None, int | None], list[FileTask]] = {}
+    for f in files:
+        groups.setdefault((f.partition_id, f.bucket), []).append(f)
+    return list(groups.values())
+
+
+def needs_merge(files: Sequence[FileTask]) -> bool:
+    """Whether a bucket's runs must be merged: not when they hold only additions and no two
+    runs' key ranges overlap (a single run, or runs of disjoint keys), since every key then has
+    exactly one version."""
+    if not all(f.additions_only for f in files):
+        return True
+    if len(files) == 1:
+        return False
+    if any(f.key_range is None for f in files):
+        return True
+    ranges = sorted(f.key_range for f in files if f.key_range is not None)
+    return any(prev[1] >= cur[0] for prev, cur in pairwise(ranges))
+
+
+def _runs_split(split: Split, files: Sequence[FileTask], columns: Sequence[str],
+                pushed: Expr, with_kind: bool = True) -> Split:
+    schema = split.schema if KIND_COLUMN in split.schema.names else split.schema.append(
+        KIND_FIELD)
+    read = (*columns, KIND_COLUMN) if with_kind else tuple(columns)
+    return replace(split, files=tuple(files), schema=schema, columns=read, filter=pushed,
+                   limit=None, merge=None)
+
+
+@_checked
+def read_runs(split: Split, files: Sequence[FileTask], columns: Sequence[str],
+              pushed: Expr) -> pa.Table:
+    """The rows of ``files`` with ``_row_kind`` and ``_seq`` (the writing commit's sequence)."""
+    runs = _runs_split(split, files, columns, pushed)
+    batches: list[pa.RecordBatch] = []
+    seqs: list[int] = []
+    for task, batch in read_tagged(runs):
+        batches.append(batch)
+        seqs.append(task.seq_max or 0)
+    return as_runs(batches, seqs, runs.output_schema())
+
+
+def _bucket_batches(split: Split, groups: list[list[FileTask]], columns: Sequence[str],
+                    pushed: Expr) -> Iterator[Bucket]:
+    """Each bucket's runs, read by one scan of all files.
+
+    The scan yields files in order, so a bucket is complete when a later bucket's rows arrive;
+    reading continues on Arrow's threads while complete buckets are merged.
+    """
+    files = [f for g in groups for f in g]
+    if len({f.schema_id for f in files}) > 1:
+        # Files of several schema versions are separate scans: read bucket by bucket.
+        for group in groups:
+            table = read_runs(split, group, columns, pushed)
+            yield Bucket(group, [], [], table.schema, table.num_rows, table)
+        return
+    group_of = {f.file_id: i for i, g in enumerate(groups) for f in g}
+    # Runs of additions only need no row kinds: a table without them is all inserts.
+    runs = _runs_split(split, files, columns, pushed,
+                       with_kind=not all(f.additions_only for f in files))
+    schema = runs.output_schema()
+    current = -1
+    finished: set[int] = set()
+    bucket: Bucket | None = None
+    for task, batch in read_tagged(runs):
+        index = group_of[task.file_id]
+        if index != current:
+            if index in finished:
+                # Merging part of a bucket would return several versions of a key.
+                raise ArrowlakeError(
+                    f"The scan returned rows of {task.path} after other buckets' rows; a "
+                    "bucket's runs must arrive together to be merged")
+            if bucket is not None:
+                yield bucket
+            finished.add(current)
+            current, bucket = index, Bucket(groups[index], [], [], schema)
+        assert bucket is not None
+        bucket.batches.append(batch)
+        bucket.seqs.append(task.seq_max or 0)
+        bucket.num_rows += batch.num_rows
+    if bucket is not None:
+        yield bucket
+
+
+def merge_bucket(split: Split, files: Sequence[FileTask], columns: Sequence[str],
+                 pushed: Expr, keep_retractions: bool = False) -> pa.Table:
+    """One bucket's current rows (with ``_row_kind`` and ``_seq``), merged."""
+    spec = split.merge
+    assert spec is not None
+    return merge_rows(spec, read_runs(split, files, columns, pushed), keep_retractions)
+
+
+def _needed(split: Split, spec: MergeSpec, residual: Expr) -> list[str]:
+    needed = list(split.columns)
+    extra = [*spec.key, *sorted(referenced_columns(residual))]
+    if spec.sequence_field:
+        extra.append(spec.sequence_field)
+    for c in extra:
+        if c not in needed:
+            needed.append(c)
+    return needed
+
+
+@_checked
+def read_merged(split: Split) -> Iterator[pa.RecordBatch]:
+    """Yield the merged rows of a primary-key split, bucket by bucket.
+
+    Buckets whose runs need no merging (see :func:`needs_merge`) are read like an append
+    table's files, all together and with the whole filter pushed down; the others are merged.
+    """
+    spec = split.merge
+    assert spec is not None
+    groups = bucket_groups(split.files)
+    plain = [f for g in groups if not needs_merge(g) for f in g]
+    merged = [g for g in groups if needs_merge(g)]
+    batches = _merged_batches(split, spec, merged)
+    if plain:
+        direct = replace(split, files=tuple(plain), merge=None, limit=None)
+        batches = chain(read_split(direct), batches)
+    yield from limited(batches, split.limit)
+
+
+def _merged_batches(split: Split, spec: MergeSpec, groups: list[list[FileTask]]
+                    ) -> Iterator[pa.RecordBatch]:
+    if not groups:
+        return
+    pushed, residual = split_filter(split.filter, spec.key)
+    needed = _needed(split, spec, residual)
+    out_schema = split.output_schema()
+    # Partition columns are constant in a bucket: merge without them, then add them back to
+    # the merged rows only (from the files' partition values; nothing is decoded).
+    used = referenced_columns(split.filter)
+    fill = [c for c in spec.partition_by if c in needed and c not in used]
+    if not [k for k in spec.key if k not in spec.partition_by]:
+        fill = []  # a key of partition columns only is sorted by them: they must be read
+    fill = fillable(split.partition_by, [f for g in groups for f in g], fill)
+    read_columns = [c for c in needed if c not in fill]
+    cache: dict[tuple[str | None, str], pa.Scalar] = {}
+
+    def finish(bucket: Bucket, merged: pa.Table) -> pa.Table:
+        if fill:
+            values = partition_scalars(split, bucket.files[0], fill, cache)
+            for name, value in zip(fill, values, strict=True):
+                merged = merged.append_column(name, constant_column(value, merged.num_rows))
+        if not isinstance(residual, AlwaysTrue):
+            merged = merged.filter(split_residual(residual, merged))
+        merged = merged.select(list(split.columns))
+        return merged if merged.schema == out_schema else merged.cast(out_schema)
+
+    yield from merge_buckets(spec, _bucket_batches(split, groups, read_columns, pushed), finish,
+                             split.batch_size)

@@ -11,6 +11,7 @@ import pyarrow.compute as pc
 
 from arrowlake.errors import ValidationError, require
 from arrowlake.expressions import AlwaysTrue, Expr, and_all, to_arrow, to_expression
+from arrowlake.pandas_arrow import arrow_to_pandas
 from arrowlake.scan.planning import (
     TableView,
     file_tasks,
@@ -132,8 +133,6 @@ class Scan:
 
     def to_pandas(self, **kwargs: Any) -> pd.DataFrame:
         """The matching rows as a pandas DataFrame, with the dtypes they were written from."""
-        from arrowlake.integrations.pandas import arrow_to_pandas
-
         return arrow_to_pandas(self.to_arrow(), **kwargs)
 
     def to_polars(self) -> Any:

@@ -15,6 +15,8 @@ import pyarrow as pa
 
 from arrowlake.expressions import AlwaysTrue, Expr
 from arrowlake.io.storage import Storage
+from arrowlake.merge.read import MergeSpec
+from arrowlake.scan.read import read_split, read_split_table
 
 
 @dataclass(frozen=True)
@@ -37,16 +39,6 @@ class FileTask:
     partition_values: str | None = None  # JSON list, in the order of Split.partition_by
 
 
-@dataclass(frozen=True)
-class MergeSpec:
-    """How the files of a primary-key split are merged (see :mod:`arrowlake.table.merge_read`)."""
-
-    key: tuple[str, ...]
-    engine: Any  # a MergeEngine of arrowlake.table.merging (a picklable frozen dataclass)
-    sequence_field: str | None = None
-    partition_by: tuple[str, ...] = ()  # part of the key, constant within a bucket's runs
-
-
 @dataclass(frozen=True, eq=False)
 class Split:
     """A self-contained unit of reading: files, schemas, projection, filter, limit."""
@@ -63,6 +55,7 @@ class Split:
     # The table's partition columns: readers fill them from FileTask.partition_values instead
     # of decoding them from the files (one value per file).
     partition_by: tuple[str, ...] = ()
+    table: str = ""  # the table's name, for errors about its files
 
     @property
     def row_count(self) -> int:
@@ -77,13 +70,9 @@ class Split:
         return pa.schema([self.schema.field(c) for c in self.columns])
 
     def to_batches(self) -> Iterator[pa.RecordBatch]:
-        from arrowlake.scan.read import read_split
-
         return read_split(self)
 
     def to_arrow(self) -> pa.Table:
-        from arrowlake.scan.read import read_split_table
-
         return read_split_table(self)
 
     def __arrow_c_stream__(self, requested_schema: Any = None) -> Any:

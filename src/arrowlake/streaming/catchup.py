@@ -23,10 +23,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from arrowlake.expressions import AlwaysTrue, Expr, evaluate
+from arrowlake.merge import ROW_KIND, RowKind
 from arrowlake.scan.split import Split
 from arrowlake.streaming.change import ROW_KIND_FIELD
 from arrowlake.table.changelog import diff
-from arrowlake.table.merging import ROW_KIND, RowKind
 
 _KIND_NAMES = pa.array(["+I", "-U", "+U", "-D"], pa.string())
 

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any, Union
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from arrowlake.merge.runs import KIND_COLUMN
 from arrowlake.scan.split import Split
-from arrowlake.table.primary_key import KIND_COLUMN
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -40,6 +40,7 @@ from arrowlake.expressions import (
     to_arrow,
     to_expression,
 )
+from arrowlake.merge.runs import KIND_COLUMN, KIND_FIELD
 from arrowlake.metastore import signals
 from arrowlake.metastore.store import check_name
 from arrowlake.scan.planning import TableView, file_schemas, file_stats, file_tasks, plan_files
@@ -47,7 +48,6 @@ from arrowlake.scan.split import MergeSpec, Split
 from arrowlake.schema import find_field
 from arrowlake.streaming.catchup import NetChangeSplit
 from arrowlake.streaming.change import ROW_KIND_FIELD, AnySplit, Change, ChangeSplit
-from arrowlake.table.primary_key import KIND_COLUMN, KIND_FIELD
 from arrowlake.table.table import register_stream_factory
 
 if TYPE_CHECKING:

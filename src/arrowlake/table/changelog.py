@@ -27,14 +27,13 @@ snapshot only, never part of a scan, and deleted when that snapshot expires.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-import arrowlake.table.primary_key as pk
 from arrowlake.errors import CommitConflict, ValidationError
 from arrowlake.expressions import AlwaysTrue, Expr, and_all, col
 from arrowlake.io.stats import encode_partition_value, partition_path
@@ -45,11 +44,12 @@ from arrowlake.io.writer import (
     close_all,
     split_by_columns,
 )
+from arrowlake.merge import ROW_KIND, SEQUENCE, RowKind
+from arrowlake.merge.bucketing import bucket_of
+from arrowlake.merge.runs import KIND_COLUMN, KIND_FIELD
 from arrowlake.metastore.store import NewFile, SnapshotChange
 from arrowlake.scan.planning import file_schemas, file_tasks
 from arrowlake.scan.split import FileTask, Split
-from arrowlake.table.bucketing import bucket_of
-from arrowlake.table.merging import ROW_KIND, SEQUENCE, RowKind
 from arrowlake.table.writes import WriteResult, _discard, _result, commit_files
 
 if TYPE_CHECKING:
@@ -78,12 +78,12 @@ def _write(table: Table, rows: pa.Table) -> list[NewFile]:
     """``rows`` (table columns + ``_row_kind`` codes) as changelog files, one per partition and
     bucket, rows in input order."""
     rec = table._record
-    schema = table.schema.append(pk.KIND_FIELD)
+    schema = table.schema.append(KIND_FIELD)
     target = FileTarget(storage=table._storage, location=rec.location, schema=schema,
                         schema_id=rec.current_schema_id,
                         options=WriteOptions.from_properties(rec.properties))
-    buckets = int(rec.buckets or pk.DEFAULT_BUCKETS)
-    rows = rows.rename_columns([pk.KIND_COLUMN if c == ROW_KIND else c
+    buckets = int(rec.buckets or 1)  # set for every primary-key table
+    rows = rows.rename_columns([KIND_COLUMN if c == ROW_KIND else c
                                 for c in rows.column_names])
     with_bucket = rows.append_column("_al_bucket",
                                      bucket_of(rows, list(rec.primary_key), buckets))
@@ -140,7 +140,7 @@ def _merged(table: Table, base: int | None, tasks: Sequence[FileTask], expr: Exp
     view = table._view(base, current_schema=True)
     if not tasks:
         return view.schema.empty_table()
-    schemas = {sid: s.append(pk.KIND_FIELD) for sid, s in file_schemas(view, tasks).items()}
+    schemas = {sid: s.append(KIND_FIELD) for sid, s in file_schemas(view, tasks).items()}
     split = Split(view.storage, tuple(tasks), schemas, view.schema, tuple(view.schema.names),
                   expr, None, table._merge_spec(),
                   partition_by=tuple(table._record.partition_by))
@@ -150,12 +150,12 @@ def _merged(table: Table, base: int | None, tasks: Sequence[FileTask], expr: Exp
 def _stored(table: Table, base: int | None, tasks: Sequence[FileTask]) -> pa.Table:
     """The rows of just-written runs as stored, with their row kinds in ``_row_kind``."""
     view = table._view(base, current_schema=True)
-    schema = view.schema.append(pk.KIND_FIELD)
-    schemas = {sid: s.append(pk.KIND_FIELD) for sid, s in file_schemas(view, tasks).items()}
+    schema = view.schema.append(KIND_FIELD)
+    schemas = {sid: s.append(KIND_FIELD) for sid, s in file_schemas(view, tasks).items()}
     split = Split(view.storage, tuple(tasks), schemas, schema, tuple(schema.names),
                   AlwaysTrue(), None, None, partition_by=tuple(table._record.partition_by))
     rows = split.to_arrow()
-    return rows.rename_columns([ROW_KIND if c == pk.KIND_COLUMN else c
+    return rows.rename_columns([ROW_KIND if c == KIND_COLUMN else c
                                 for c in rows.column_names])
 
 
@@ -298,32 +298,46 @@ def _restrict(rows: pa.Table, keys: pa.Table, key: Sequence[str]) -> pa.Table:
 # -- committing -------------------------------------------------------------------------------
 
 
+class _StaleChangelog(CommitConflict):
+    """A lookup changelog computed on a snapshot that a concurrent commit changed."""
+
+
 def commit_runs(table: Table, kind: str, base: int | None, runs: list[NewFile],
                 rows: pa.Table, *, commit_id: str | None = None,
-                summary: dict[str, Any] | None = None) -> WriteResult:
-    """Commit written runs with the changelog the table's producer asks for."""
+                summary: dict[str, Any] | None = None,
+                on_rebase: Callable[[pa.Table], None] | None = None) -> WriteResult:
+    """Commit written runs with the changelog the table's producer asks for. ``on_rebase`` is
+    the write's own conflict check; its CommitConflict reaches the caller unchanged."""
     producer = changelog_producer(table)
     if producer == "none":
-        return commit_files(table, kind, base, runs, commit_id=commit_id, summary=summary)
+        return commit_files(table, kind, base, runs, commit_id=commit_id, summary=summary,
+                            on_rebase=on_rebase)
     if producer == "full-compaction":
         # Only full compactions write a changelog: streams skip this snapshot.
         return commit_files(table, kind, base, runs, commit_id=commit_id,
-                            summary={**(summary or {}), "changelog": producer})
-    units = {f.bucket for f in runs if f.bucket is not None}
+                            summary={**(summary or {}), "changelog": producer},
+                            on_rebase=on_rebase)
+    units = pa.array(sorted({f.bucket for f in runs if f.bucket is not None}), pa.int32())
+    looked_up_at = base  # the snapshot the lookup read; the commit stays based on ``base``
     for attempt in range(10):
         if producer == "input":
             changes = rows
         else:
-            changes = lookup_changes(table, base, rows, runs)
+            changes = lookup_changes(table, looked_up_at, rows, runs)
         changelog = _write(table, changes) if changes.num_rows else []
-        seen = base
 
-        def stale(added: pa.Table) -> None:
-            # A commit landed meanwhile: the lookup read an older state if it touched these
-            # buckets; computed again on top of it. Input changelogs never go stale.
-            if producer == "lookup" and added.num_rows and pc.any(pc.is_in(
-                    added.column("bucket"), pa.array(sorted(units), pa.int32()))).as_py():
-                raise CommitConflict("stale changelog")
+        def stale(added: pa.Table, seen: int | None = looked_up_at) -> None:
+            # The write's own check sees every commit since its base, on every attempt.
+            if on_rebase is not None:
+                on_rebase(added)
+            # A commit after the snapshot the lookup read that touched these buckets makes the
+            # changelog stale: it is computed again on top of it. Input changelogs never are.
+            if producer != "lookup" or added.num_rows == 0:
+                return
+            newer = added if seen is None else added.filter(
+                pc.greater(added.column("added_snapshot"), seen))
+            if newer.num_rows and pc.any(pc.is_in(newer.column("bucket"), units)).as_py():
+                raise _StaleChangelog("stale changelog")
 
         # Streams read only the changelog of a snapshot that says it has one (possibly empty:
         # a lookup that found no value changed), never its runs.
@@ -332,13 +346,13 @@ def commit_runs(table: Table, kind: str, base: int | None, runs: list[NewFile],
                                 add=runs, commit_id=commit_id, summary=noted,
                                 on_rebase=stale, changelog=changelog)
         try:
-            result = table._metastore.commit(table._record.table_id, seen, change)
-        except CommitConflict:
+            result = table._metastore.commit(table._record.table_id, base, change)
+        except _StaleChangelog:
             _discard(table, changelog)
             if attempt == 9:
                 _discard(table, runs)
                 raise
-            base = table.current_snapshot_id
+            looked_up_at = table.current_snapshot_id
             continue
         except BaseException:
             _discard(table, [*changelog, *runs])

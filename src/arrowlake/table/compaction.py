@@ -12,18 +12,23 @@ never changes the table's contents.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from arrowlake.errors import CommitConflict
+from arrowlake.errors import CommitConflict, ValidationError
 from arrowlake.expressions import AlwaysTrue
+from arrowlake.io.writer import DataFileWriter, FileTarget, WriteOptions
+from arrowlake.merge import ROW_KIND, SEQUENCE, Deduplicate, FirstRow
+from arrowlake.merge.runs import KIND_COLUMN, KIND_FIELD_ID, key_json, run_schema
 from arrowlake.metastore.store import NewFile, SnapshotChange
 from arrowlake.scan.planning import file_tasks, make_splits
+from arrowlake.scan.read import bucket_groups, merge_bucket
 from arrowlake.scan.split import FileTask
 from arrowlake.table import changelog
+from arrowlake.table.writes import _discard
 
 if TYPE_CHECKING:
     from arrowlake.table.table import Table
@@ -38,9 +43,42 @@ class CompactionResult:
     dropped: bool = False
 
 
-def _has_retractions(task_stats: str) -> bool:
-    from arrowlake.table.primary_key import KIND_FIELD_ID
+@dataclass(frozen=True)
+class CompactionOptions:
+    """The parsed ``compaction.*`` properties of a table."""
 
+    max_runs: int = 5
+    size_ratio: float = 2.0
+
+
+def compaction_options(props: Mapping[str, str]) -> CompactionOptions:
+    """Parse and check the ``compaction.*`` properties (the one place that reads them).
+
+    Called when a table is created, when its properties are set, and by compaction; raises
+    :class:`ValidationError` naming a malformed property.
+    """
+    raw_runs = props.get("compaction.max-runs", "5")
+    try:
+        max_runs = int(str(raw_runs).strip())
+    except ValueError:
+        max_runs = 0
+    if max_runs < 1:
+        raise ValidationError(
+            f"Property 'compaction.max-runs' must be a positive integer (runs per bucket before "
+            f"a compaction merges them all), not {raw_runs!r}")
+    raw_ratio = props.get("compaction.size-ratio", "2.0")
+    try:
+        ratio = float(str(raw_ratio).strip())
+    except ValueError:
+        ratio = float("nan")
+    if not 0 < ratio < float("inf"):
+        raise ValidationError(
+            f"Property 'compaction.size-ratio' must be a finite number > 0 (how many times "
+            f"larger an older run may be than the newer ones it joins), not {raw_ratio!r}")
+    return CompactionOptions(max_runs, ratio)
+
+
+def _has_retractions(task_stats: str) -> bool:
     stats = json.loads(task_stats)
     entry = stats.get(str(KIND_FIELD_ID))
     # Runs hold +I (0), +U (2), -D (3) and the internal restart (4), never -U: a maximum of 3
@@ -66,18 +104,12 @@ def _pick_tiered(runs: list[FileTask], max_runs: int, ratio: float) -> list[File
 def compact(table: Table, full: bool = False,
             only: Iterable[tuple[int | None, int | None]] | None = None) -> CompactionResult:
     """Merge runs of buckets (all of them, or the ``(partition_id, bucket)`` pairs in ``only``)."""
-    from arrowlake.table.merge_read import bucket_groups, merge_bucket
-    from arrowlake.table.primary_key import require_primary_key
-    from arrowlake.table.writes import _discard
-
-    require_primary_key(table, "compact()")
     table.refresh()
     base = table.current_snapshot_id
     if base is None:
         return CompactionResult(None)
-    props = table._record.properties
-    max_runs = int(props.get("compaction.max-runs", 5))
-    ratio = float(props.get("compaction.size-ratio", 2.0))
+    options = compaction_options(table._record.properties)
+    max_runs, ratio = options.max_runs, options.size_ratio
     view = table._view(base, current_schema=True)
     files = table._metastore.live_files(table._record.table_id, base)
     stats_by_id = dict(zip(files.column("file_id").to_pylist(),
@@ -91,8 +123,6 @@ def compact(table: Table, full: bool = False,
     # carries the subtraction). Ordered by a sequence field, a merged row would take one
     # sequence value for versions that older runs interleave with, so there a bucket is always
     # compacted whole.
-    from arrowlake.table.merging import Deduplicate, FirstRow
-
     spec = table._merge_spec()
     assert spec is not None
     newer_runs_alone = isinstance(spec.engine, (Deduplicate, FirstRow)) or \
@@ -151,12 +181,8 @@ def compact(table: Table, full: bool = False,
 
 def _write_compacted(table: Table, merged: pa.Table, runs: list[FileTask]) -> list[NewFile]:
     """Write one bucket's merged rows as a run that keeps the inputs' sequence range."""
-    from arrowlake.io.writer import DataFileWriter, FileTarget, WriteOptions
-    from arrowlake.table.merging import ROW_KIND, SEQUENCE
-    from arrowlake.table.primary_key import KIND_COLUMN, _key_json, _run_schema
-
     rec = table._record
-    schema = _run_schema(table)
+    schema = run_schema(table.schema)
     merged = merged.drop_columns([SEQUENCE]).rename_columns(
         [KIND_COLUMN if c == ROW_KIND else c for c in merged.column_names if c != SEQUENCE]
     ).select(schema.names)
@@ -173,8 +199,8 @@ def _write_compacted(table: Table, merged: pa.Table, runs: list[FileTask]) -> li
     writer = DataFileWriter(
         target, directory, partition_path=part[0], partition_values=part[1],
         bucket=sample.bucket,
-        file_hook=lambda t: {"key_min": _key_json(t.slice(0, 1), key),
-                             "key_max": _key_json(t.slice(t.num_rows - 1, 1), key),
+        file_hook=lambda t: {"key_min": key_json(t.slice(0, 1), key),
+                             "key_max": key_json(t.slice(t.num_rows - 1, 1), key),
                              "seq_min": seq_min, "seq_max": seq_max})
     try:
         for batch in merged.to_batches():
@@ -196,7 +222,7 @@ def _partition_of(table: Table, partition_id: int | None) -> tuple[str | None, s
 
 def compact_if_needed(table: Table, touched: set[tuple[str | None, int | None]]) -> None:
     """After a commit: compact the touched buckets that now hold too many runs."""
-    max_runs = int(table._record.properties.get("compaction.max-runs", 5))
+    max_runs = compaction_options(table._record.properties).max_runs
     files = table._metastore.live_files(table._record.table_id, table.current_snapshot_id)
     if files.num_rows == 0:
         return

@@ -18,15 +18,21 @@ from arrowlake.schema import (
     validate_column_name,
     without_views,
 )
+from arrowlake.table.primary_key import RESERVED_NAMES, check_pk_schema, engine_columns
 
 if TYPE_CHECKING:
     from arrowlake.table.table import Table
 
 
 def _commit_schema(table: Table, schema: pa.Schema, last_field_id: int) -> None:
+    """Make ``schema`` current; on a primary-key table, after checking the merge engine still
+    works on it, and with its merge options following renamed columns (by field id), in the
+    same transaction."""
     rec = table._record
+    props = check_pk_schema(table, schema) if rec.primary_key else None
     table._metastore.add_schema(rec.table_id, schema, expected_schema_id=rec.current_schema_id,
-                                last_field_id=last_field_id)
+                                last_field_id=last_field_id,
+                                properties=None if props == rec.properties else props)
     table.refresh()
 
 
@@ -38,9 +44,17 @@ def _protected(table: Table, name: str, action: str) -> None:
         raise SchemaMismatch(f"Cannot {action} column '{name}': it is part of the primary key")
 
 
+def _not_reserved(table: Table, name: str) -> None:
+    if table._record.primary_key and name in RESERVED_NAMES:
+        raise SchemaMismatch(
+            f"Column name '{name}' is reserved in primary-key tables (used internally for row "
+            "kinds and version order); choose another name")
+
+
 def add_column(table: Table, name: str, type: pa.DataType, *, nullable: bool = True) -> None:
     table.refresh()
     validate_column_name(name)
+    _not_reserved(table, name)
     schema = table.schema
     if name in schema.names:
         raise SchemaMismatch(f"Column '{name}' exists already")
@@ -56,6 +70,7 @@ def rename_column(table: Table, old: str, new: str) -> None:
     table.refresh()
     _protected(table, old, "rename")
     validate_column_name(new)
+    _not_reserved(table, new)
     schema = table.schema
     field = find_field(schema, old)
     if new in schema.names:
@@ -69,6 +84,11 @@ def drop_column(table: Table, name: str) -> None:
     _protected(table, name, "drop")
     schema = table.schema
     find_field(schema, name)
+    if name in engine_columns(table):
+        raise SchemaMismatch(
+            f"Cannot drop column '{name}': the merge engine of '{table.name}' uses it (as its "
+            "sequence_field or through a fields.* option); rename it instead if the name is "
+            "in the way")
     if len(schema) == 1:
         raise SchemaMismatch(f"Cannot drop '{name}': it is the table's only column")
     _commit_schema(table, schema.remove(schema.get_field_index(name)),

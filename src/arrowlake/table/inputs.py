@@ -8,6 +8,7 @@ from typing import Any
 import pyarrow as pa
 
 from arrowlake.errors import ValidationError
+from arrowlake.pandas_arrow import pandas_to_arrow
 
 #: pandas DataFrames are converted this many rows at a time, so a write never holds a second
 #: full copy of a large frame.
@@ -16,14 +17,6 @@ PANDAS_CHUNK_ROWS = 1_000_000
 
 def _is_pandas(data: Any) -> bool:
     return type(data).__module__.startswith("pandas") and hasattr(data, "iloc")
-
-
-def pandas_to_arrow(df: Any, schema: pa.Schema | None = None) -> pa.Table:
-    index = df.index
-    # A default RangeIndex carries nothing; any other index is data the user may want kept.
-    preserve = not (type(index).__name__ == "RangeIndex" and index.name is None)
-    return pa.Table.from_pandas(df, schema=schema, preserve_index=preserve if schema is None
-                                else False)
 
 
 def batch_stream(data: Any) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:

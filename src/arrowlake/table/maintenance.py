@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 import pyarrow.compute as pc
 
 from arrowlake.errors import ValidationError
+from arrowlake.io.storage import FileInfo, Storage, is_within, normalize_location
+from arrowlake.metastore.store import Metastore
 from arrowlake.table import changelog
 
 if TYPE_CHECKING:
@@ -116,6 +118,35 @@ def expire_snapshots(table: Table, older_than: datetime | timedelta | None = Non
     return ExpireResult(expire, absolute, kept, expired_consumers)
 
 
+#: Files SQLite keeps next to its database file.
+_SQLITE_SUFFIXES = ("", "-wal", "-shm", "-journal")
+
+
+def metastore_files(metastore: Metastore) -> set[str]:
+    """The metastore's own files on local disk (an SQLite database and its journals)."""
+    database = metastore.database_file()
+    if database is None:
+        return set()
+    path = normalize_location(database)
+    return {path + suffix for suffix in _SQLITE_SUFFIXES}
+
+
+def own_files(storage: Storage, location: str, metastore: Metastore,
+              table_id: int | None) -> list[FileInfo]:
+    """The files under ``location`` that are the table's own to delete: not below the location
+    of any other table (``table_id`` is the table itself; None when it is no longer listed) and
+    not the metastore's. A table whose location holds another's (set by an older version, which
+    did not check locations) must never delete that table's files."""
+    others = [loc for tid, _, loc in metastore.table_locations()
+              if tid != table_id and is_within(loc, location)]
+    reserved = metastore_files(metastore)
+    listed = storage.list_files(location)
+    if not others and not reserved:
+        return listed
+    return [f for f in listed if f.path not in reserved
+            and not any(is_within(f.path, other) for other in others)]
+
+
 def remove_orphan_files(table: Table, older_than: timedelta = timedelta(days=1),
                         dry_run: bool = True) -> OrphanResult:
     """Files under the table's location that no snapshot references and that are older than
@@ -124,7 +155,8 @@ def remove_orphan_files(table: Table, older_than: timedelta = timedelta(days=1),
     table.refresh()
     storage = table._storage
     location = table._record.location
-    listed = storage.list_files(location)  # list before reading references: see below
+    # list before reading references: see below
+    listed = own_files(storage, location, table._metastore, table._record.table_id)
     # A file committed after the listing was written before it; reading the references after
     # listing means such a file is seen as referenced, never as an orphan.
     referenced = {storage.join(location, p)

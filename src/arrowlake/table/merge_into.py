@@ -17,18 +17,31 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from arrowlake.errors import ValidationError
+from arrowlake.errors import ColumnNotFound, CommitConflict, ValidationError
 from arrowlake.expressions import (
     AlwaysTrue,
     Column,
     Expr,
     Literal,
+    col,
     evaluate,
     referenced_columns,
     rename_columns,
     to_expression,
 )
-from arrowlake.table.merging import ROW_KIND, RowKind
+from arrowlake.merge import ROW_KIND, RowKind
+from arrowlake.schema import conform
+from arrowlake.table.inputs import batch_stream
+from arrowlake.table.primary_key import (
+    REPLAN_ATTEMPTS,
+    check_deletes_supported,
+    commit_rows,
+    conflict_on_touched_keys,
+    gave_up,
+    require_primary_key,
+    scan_at,
+    with_kinds,
+)
 
 if TYPE_CHECKING:
     from arrowlake.table.table import Table
@@ -70,9 +83,6 @@ class MergeBuilder:
 
     @classmethod
     def start(cls, table: Table, source: Any, on: str | Sequence[str]) -> MergeBuilder:
-        from arrowlake.table.inputs import batch_stream
-        from arrowlake.table.primary_key import require_primary_key
-
         require_primary_key(table, "merge()")
         keys = (on,) if isinstance(on, str) else tuple(on)
         if set(keys) != set(table.primary_key):
@@ -83,7 +93,7 @@ class MergeBuilder:
         missing = [k for k in keys if k not in src.column_names]
         if missing:
             raise ValidationError(f"The merge source lacks the key columns {missing}")
-        return cls(table, src, keys)
+        return cls(table, _conformed_source(table, src), keys)
 
     def _add(self, clause: _Clause) -> MergeBuilder:
         return replace(self, clauses=(*self.clauses, clause))
@@ -91,25 +101,38 @@ class MergeBuilder:
     def _where(self, where: Expr | str | None) -> Expr:
         return _qualify(to_expression(where), self.source.column_names)
 
+    def _check_columns(self, values: Mapping[str, Any] | None, what: str) -> None:
+        if values is None:
+            return
+        names = self.table.schema.names
+        unknown = [c for c in values if c not in names]
+        if unknown:
+            raise ColumnNotFound(
+                f"{what} names columns table '{self.table.name}' does not have: {unknown}; "
+                f"its columns are {', '.join(names)}")
+
     def when_matched_update(self, set: Mapping[str, Any] | None = None,
                             where: Expr | str | None = None) -> MergeBuilder:
         """Update matched rows: ``set`` maps columns to ``"source.x"``/``"target.x"``,
         ``al.col(...)``, ``al.lit(...)`` or plain values; without ``set`` every column comes
         from the source."""
+        self._check_columns(set, "when_matched_update(set=...)")
         return self._add(_Clause(True, "update", self._where(where), set))
 
     def when_matched_delete(self, where: Expr | str | None = None) -> MergeBuilder:
+        """Delete matched rows (refused where the merge engine does not remove deleted keys,
+        see :func:`~arrowlake.table.primary_key.check_deletes_supported`)."""
+        check_deletes_supported(self.table, "merge().when_matched_delete()")
         return self._add(_Clause(True, "delete", self._where(where), None))
 
     def when_not_matched_insert(self, values: Mapping[str, Any] | None = None,
                                 where: Expr | str | None = None) -> MergeBuilder:
+        self._check_columns(values, "when_not_matched_insert(values=...)")
         return self._add(_Clause(False, "insert", self._where(where), values))
 
     # -- execution -----------------------------------------------------------------------------
 
-    def _joined(self) -> pa.Table:
-        from arrowlake.expressions import col
-
+    def _joined(self, base: int | None) -> pa.Table:
         table = self.table
         src = self.source
         dupes = src.group_by(list(self.on)).aggregate([([], "count_all")])
@@ -120,7 +143,7 @@ class MergeBuilder:
                 "be matched by one source row only")
         first = self.on[0]
         keys = pc.unique(src.column(first))
-        target = table.scan(filter=col(first).isin(keys.to_pylist())).to_arrow()
+        target = scan_at(table, base, col(first).isin(keys.to_pylist()))
         left = src.rename_columns([f"source.{c}" for c in src.column_names])
         right = target.rename_columns([f"target.{c}" for c in target.column_names])
         right = right.append_column("target.__matched", pa.array(
@@ -161,17 +184,32 @@ class MergeBuilder:
                 arr = pa.nulls(picked.num_rows, field.type)
             arrays.append(arr)
         out = pa.table(arrays, names=schema.names)
-        from arrowlake.schema import conform
-
         return pa.Table.from_batches(
             [conform(b, schema, where="merge result") for b in out.to_batches()], schema=schema)
 
     def execute(self) -> MergeResult:
-        from arrowlake.table.primary_key import commit_rows, with_kinds
+        """Plan the merge on the current snapshot and commit it.
 
+        The commit fails inside its transaction when a run committed after that snapshot may
+        hold one of the source's keys (what the clauses decided on may have changed); the merge
+        is then planned again on the newer snapshot, up to a few times, before it fails with
+        :class:`~arrowlake.errors.CommitConflict` leaving the table unchanged.
+        """
         if not self.clauses:
             raise ValidationError("A merge needs at least one when_* clause")
-        joined = self._joined()
+        for attempt in range(REPLAN_ATTEMPTS):
+            try:
+                return self._execute_once()
+            except CommitConflict as exc:
+                if attempt == REPLAN_ATTEMPTS - 1:
+                    raise gave_up("merge()", self.table, exc) from exc
+        raise AssertionError("unreachable")
+
+    def _execute_once(self) -> MergeResult:
+        table = self.table
+        table.refresh()
+        base = table.current_snapshot_id
+        joined = self._joined(base)
         n = joined.num_rows
         matched = pc.fill_null(joined.column("target.__matched"), False).to_numpy(
             zero_copy_only=False).astype(bool)
@@ -202,6 +240,23 @@ class MergeBuilder:
             return MergeResult(None, 0, 0, 0, unchanged)
         rows = pa.concat_tables(parts)
         assert ROW_KIND in rows.column_names
-        result = commit_rows(self.table, rows, "merge", summary=counts)
+        # Every source key was decided on (matched or not): a new version of any may change
+        # the outcome, so all of them are checked against commits landing meanwhile.
+        result = commit_rows(table, rows, "merge", summary=counts, base=base,
+                             on_rebase=conflict_on_touched_keys(table, self.source, base))
         return MergeResult(result.snapshot_id, counts["insert"], counts["update"],
                            counts["delete"], unchanged)
+
+
+def _conformed_source(table: Table, src: pa.Table) -> pa.Table:
+    """The source with the columns the table also has cast to the table's types (safely:
+    a value that does not fit raises :class:`SchemaMismatch` naming the column)."""
+    shared = [c for c in src.column_names if c in table.schema.names]
+    schema = pa.schema([table.schema.field(c) for c in shared])
+    cast = pa.Table.from_batches(
+        [conform(b, schema, where="merge source") for b in src.select(shared).to_batches()],
+        schema=schema)
+    for name in shared:
+        src = src.set_column(src.column_names.index(name), schema.field(name),
+                             cast.column(name))
+    return src

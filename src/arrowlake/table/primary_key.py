@@ -1,15 +1,16 @@
 """Primary-key tables: options, bucketing and the write path of upserts, deletes and changes.
 
-Rows hash to buckets by key (:mod:`arrowlake.table.bucketing`). Each commit writes, per touched
+Rows hash to buckets by key (:mod:`arrowlake.merge.bucketing`). Each commit writes, per touched
 partition and bucket, one run: a Parquet file sorted by key with unique keys and an int8 row-kind
 column. Versions of a key inside one write are resolved by the table's merge engine in input
-order; versions across runs are merged when read (:mod:`arrowlake.table.merge_read`).
+order; versions across runs are merged when read (:mod:`arrowlake.merge.read`).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -17,34 +18,49 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from arrowlake.errors import CommitConflict, SchemaMismatch, ValidationError
-from arrowlake.io.stats import encode_partition_value, encode_scalar
-from arrowlake.io.writer import DataFileWriter, FileTarget, close_all, split_by_columns
-from arrowlake.metastore.store import NewFile
-from arrowlake.schema import FIELD_ID_KEY, find_field
-from arrowlake.table import changelog
-from arrowlake.table.bucketing import bucket_of
-from arrowlake.table.merging import (
+from arrowlake.expressions import AlwaysTrue, Expr, referenced_columns
+from arrowlake.io.stats import decode_values, encode_partition_value, partition_path
+from arrowlake.io.writer import (
+    DataFileWriter,
+    FileTarget,
+    WriteOptions,
+    close_all,
+    split_by_columns,
+)
+from arrowlake.merge import (
     ENGINES,
     ROW_KIND,
     SEQUENCE,
+    Aggregation,
+    Deduplicate,
+    FirstRow,
     MergeEngine,
+    PartialUpdate,
     RowKind,
     dedupe_within_write,
     engine_from_options,
 )
+from arrowlake.merge.bucketing import bucket_of
+from arrowlake.merge.runs import KIND_COLUMN, KIND_FIELD, key_json, row_kinds_from
+from arrowlake.metastore.store import NewFile, SnapshotChange
+from arrowlake.scan.planning import fully_matching, plan_files
+from arrowlake.scan.scan import Scan
+from arrowlake.schema import field_id, find_field
+from arrowlake.table import changelog
+from arrowlake.table.compaction import compact_if_needed, compaction_options
+from arrowlake.table.inputs import batch_stream
+from arrowlake.table.writes import (
+    WriteResult,
+    _conflict_on_new_matches,
+    _discard,
+    conformed,
+)
 
 if TYPE_CHECKING:
     from arrowlake.table.table import Table
-    from arrowlake.table.writes import WriteResult
 
-#: The row-kind column as stored in data files of primary-key tables.
-KIND_COLUMN = "_al_row_kind"
-#: Its field id: far above any id a user schema reaches, and never assigned to user columns.
-KIND_FIELD_ID = 2_000_000_000
-KIND_FIELD = pa.field(KIND_COLUMN, pa.int8(), nullable=False,
-                      metadata={FIELD_ID_KEY: str(KIND_FIELD_ID).encode()})
+_log = logging.getLogger(__name__)
 
-ROW_KIND_NAMES = ("+I", "-U", "+U", "-D")
 DEFAULT_BUCKETS = 4
 
 _KEY_TYPES = "integers, strings, binaries, dates, times, timestamps, booleans and decimals"
@@ -86,7 +102,7 @@ def validate_pk_options(schema: pa.Schema, primary_key: Sequence[str],
             raise SchemaMismatch(
                 f"Column '{name}' of type {field.type} cannot be part of a primary key: key "
                 f"columns may be {_KEY_TYPES}")
-    for name in (ROW_KIND, SEQUENCE):
+    for name in (ROW_KIND, SEQUENCE, KIND_COLUMN):
         if name in schema.names:
             raise SchemaMismatch(
                 f"Column name '{name}' is reserved in primary-key tables; rename the column")
@@ -99,10 +115,16 @@ def validate_pk_options(schema: pa.Schema, primary_key: Sequence[str],
         buckets = DEFAULT_BUCKETS
     if not isinstance(buckets, int) or isinstance(buckets, bool) or buckets < 1:
         raise ValidationError(f"buckets must be a positive integer, got {buckets!r}")
-    engine_name = str(options.get("merge_engine", "deduplicate"))
+    given = props.get("merge-engine")
+    engine_name = str(options.get("merge_engine", given or "deduplicate"))
+    if given is not None and given != engine_name:
+        raise ValidationError(
+            f"merge_engine='{engine_name}' and property 'merge-engine'='{given}' disagree; "
+            "give one of them")
     if engine_name not in ENGINES:
         raise ValidationError(
-            f"Unknown merge_engine '{engine_name}'; valid engines are {', '.join(ENGINES)}")
+            f"Unknown merge_engine '{engine_name}' (property 'merge-engine'); valid engines "
+            f"are {', '.join(ENGINES)}")
     seq = options.get("sequence_field")
     if seq is not None:
         field = find_field(schema, seq)
@@ -143,20 +165,116 @@ def validate_pk_options(schema: pa.Schema, primary_key: Sequence[str],
     return schema, buckets, props
 
 
+#: Properties that say how the runs already written merge: fixed once the table exists.
+FIXED_PROPERTIES = ("merge-engine", "sequence-field", "ignore-delete",
+                    "partial-update.ignore-delete", "aggregation.remove-record-on-delete",
+                    "fields.default-aggregate-function")
+_FLAG_PROPERTIES = ("ignore-delete", "partial-update.ignore-delete",
+                    "aggregation.remove-record-on-delete")
+
+
+def is_engine_property(name: str) -> bool:
+    return name in FIXED_PROPERTIES or name.startswith("fields.")
+
+
+def validate_properties(props: Mapping[str, str], primary_key: Sequence[str]) -> None:
+    """Check every property arrowlake reads, so a malformed one fails when it is set, never
+    in a later write. Unknown properties are kept as user metadata."""
+    if "buckets" in props:
+        raise ValidationError(
+            "'buckets' is not a property: give buckets= to create_table(); a table's bucket "
+            "count is fixed once rows are written")
+    WriteOptions.from_properties(dict(props))
+    compaction_options(props)
+    engine_props = sorted(k for k in props if is_engine_property(k))
+    if engine_props and not primary_key:
+        raise ValidationError(
+            f"Properties {engine_props} configure merge engines and need a table with a "
+            "primary key")
+    engine = props.get("merge-engine", "deduplicate")
+    if engine not in ENGINES:
+        raise ValidationError(
+            f"Property 'merge-engine' must be one of {', '.join(ENGINES)}, not {engine!r}")
+    flags = [k for k in props if k in _FLAG_PROPERTIES or
+             (k.startswith("fields.") and k.endswith(".ignore-retract"))]
+    for name in flags:
+        if str(props[name]).strip().lower() not in ("true", "false"):
+            raise ValidationError(
+                f"Property '{name}' must be 'true' or 'false', not {props[name]!r}")
+
+
 def _engine_options(props: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in props.items()
             if k.startswith("fields.") or k in ("ignore-delete", "partial-update.ignore-delete",
                                                 "aggregation.remove-record-on-delete")}
 
 
-def merge_engine(table: Table) -> MergeEngine:
+def translate_properties(props: Mapping[str, str], old: pa.Schema, new: pa.Schema
+                         ) -> dict[str, str]:
+    """``props`` with the columns its merge options name (``sequence-field``,
+    ``fields.<column>.*``) renamed from ``old`` to ``new`` by field id. Options of columns
+    ``new`` lacks are left out (a column added after an old snapshot)."""
+    ids = {f.name: field_id(f) for f in old}
+    names = {field_id(f): f.name for f in new}
+
+    def renamed(column: str) -> str | None:
+        fid = ids.get(column)
+        return column if fid is None else names.get(fid)
+
+    out: dict[str, str] = {}
+    for name, value in props.items():
+        if name == "sequence-field":
+            out[name] = renamed(value) or value
+        elif name.startswith("fields.") and name != "fields.default-aggregate-function":
+            parts = name.split(".")
+            column = renamed(".".join(parts[1:-1]))
+            if column is not None:
+                out[f"fields.{column}.{parts[-1]}"] = value
+        else:
+            out[name] = value
+    return out
+
+
+def _properties_for(table: Table, schema: pa.Schema | None) -> dict[str, str]:
     props = table._record.properties
-    return engine_from_options(props.get("merge-engine", "deduplicate"), table.schema,
+    if schema is None or schema.equals(table.schema, check_metadata=True):
+        return dict(props)
+    return translate_properties(props, table.schema, schema)
+
+
+def merge_engine(table: Table, schema: pa.Schema | None = None) -> MergeEngine:
+    """The table's merge engine for reading files in ``schema`` (the current one by default):
+    options follow columns by field id, so renames and time travel keep them."""
+    props = _properties_for(table, schema)
+    return engine_from_options(props.get("merge-engine", "deduplicate"),
+                               table.schema if schema is None else schema,
                                list(table._record.primary_key), _engine_options(props))
 
 
-def sequence_field(table: Table) -> str | None:
-    return table._record.properties.get("sequence-field")
+def sequence_field(table: Table, schema: pa.Schema | None = None) -> str | None:
+    return _properties_for(table, schema).get("sequence-field")
+
+
+#: Column names primary-key tables use internally.
+RESERVED_NAMES = (ROW_KIND, SEQUENCE, KIND_COLUMN)
+
+
+def engine_columns(table: Table) -> list[str]:
+    """Columns the table's merge options name: they may be renamed, not dropped."""
+    props = table._record.properties
+    names = [props["sequence-field"]] if "sequence-field" in props else []
+    names += [".".join(k.split(".")[1:-1]) for k in props
+              if k.startswith("fields.") and k != "fields.default-aggregate-function"]
+    return names
+
+
+def check_pk_schema(table: Table, schema: pa.Schema) -> dict[str, str]:
+    """The properties a primary-key table gets with its new ``schema``, after checking that its
+    merge engine still works on it (a new column must suit the default aggregate function)."""
+    props = translate_properties(table._record.properties, table.schema, schema)
+    engine_from_options(props.get("merge-engine", "deduplicate"), schema,
+                        list(table._record.primary_key), _engine_options(props))
+    return props
 
 
 def require_primary_key(table: Table, what: str) -> None:
@@ -166,35 +284,6 @@ def require_primary_key(table: Table, what: str) -> None:
             "overwrite() or delete(), or create the table with primary_key=[...]")
 
 
-# -- row kinds ----------------------------------------------------------------------------------
-
-
-def row_kinds_from(column: pa.Array | pa.ChunkedArray) -> pa.Array:
-    """Row kinds given as strings (``+I -U +U -D``) or integers (0..3) as int8 codes."""
-    if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks()
-    if pa.types.is_dictionary(column.type):
-        column = column.dictionary_decode()
-    if column.null_count:
-        raise ValidationError(f"The row-kind column has {column.null_count} null values")
-    if pa.types.is_integer(column.type):
-        codes = column.cast(pa.int8(), safe=False)
-        bad = pc.sum(pc.or_(pc.less(column, 0), pc.greater(column, 3))).as_py() or 0
-    elif (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)
-          or pa.types.is_string_view(column.type)):
-        idx = pc.index_in(column.cast(pa.string()), value_set=pa.array(ROW_KIND_NAMES))
-        bad = idx.null_count
-        codes = pc.fill_null(idx, 0).cast(pa.int8())
-    else:
-        raise ValidationError(
-            f"The row-kind column must hold strings (+I, -U, +U, -D) or int8 codes 0-3, not "
-            f"{column.type}")
-    if bad:
-        raise ValidationError(
-            f"{bad} rows have an unknown row kind; allowed are +I, -U, +U, -D (or 0-3)")
-    return codes
-
-
 # -- writing runs -------------------------------------------------------------------------------
 
 
@@ -202,14 +291,8 @@ def _run_schema(table: Table) -> pa.Schema:
     return table.schema.append(KIND_FIELD)
 
 
-def _key_json(row: pa.Table, key: Sequence[str]) -> str:
-    return json.dumps([encode_scalar(row.column(k)[0]) for k in key], separators=(",", ":"))
-
-
 def write_runs(table: Table, rows: pa.Table) -> list[NewFile]:
     """Write ``rows`` (table schema + ``_row_kind``) as one sorted run per partition and bucket."""
-    from arrowlake.table.writes import WriteOptions, _discard
-
     rec = table._record
     key = list(rec.primary_key)
     buckets = int(rec.buckets or DEFAULT_BUCKETS)
@@ -236,8 +319,6 @@ def write_runs(table: Table, rows: pa.Table) -> list[NewFile]:
                                       for c in run.column_names]).select(schema.names)
             run = pa.Table.from_arrays(run.columns, schema=schema)
             shown = [v.as_py() if v.is_valid else None for v in values[:-1]]
-            from arrowlake.io.stats import partition_path
-
             ppath = partition_path(rec.partition_by, shown) if rec.partition_by else None
             directory = "/".join(p for p in ("data", ppath, f"bucket-{bucket}") if p)
             writer = DataFileWriter(
@@ -245,8 +326,8 @@ def write_runs(table: Table, rows: pa.Table) -> list[NewFile]:
                 partition_values=json.dumps([encode_partition_value(v) for v in values[:-1]])
                 if rec.partition_by else None,
                 bucket=bucket,
-                file_hook=lambda t: {"key_min": _key_json(t.slice(0, 1), key),
-                                     "key_max": _key_json(t.slice(t.num_rows - 1, 1), key)})
+                file_hook=lambda t: {"key_min": key_json(t.slice(0, 1), key),
+                                     "key_max": key_json(t.slice(t.num_rows - 1, 1), key)})
             writers.append(writer)
             for batch in run.to_batches():
                 writer.write(batch)
@@ -262,8 +343,6 @@ def write_runs(table: Table, rows: pa.Table) -> list[NewFile]:
 
 def collect(table: Table, data: Any, *, where: str = "input") -> pa.Table:
     """The whole input conformed to the table schema (a run must be sorted, so it is held)."""
-    from arrowlake.table.writes import conformed
-
     batches = list(conformed(table, data, table.schema, where=where))
     if not batches:
         return table.schema.empty_table()
@@ -277,22 +356,164 @@ def with_kinds(rows: pa.Table, kinds: pa.Array | RowKind) -> pa.Table:
 
 
 def commit_rows(table: Table, rows: pa.Table, kind: str, *, commit_id: str | None = None,
-                summary: dict[str, Any] | None = None) -> WriteResult:
-    """Write ``rows`` (with ``_row_kind``) as runs and commit them; then compact if needed."""
-    from arrowlake.table.writes import WriteResult
+                summary: dict[str, Any] | None = None, base: int | None = None,
+                on_rebase: Callable[[pa.Table], None] | None = None) -> WriteResult:
+    """Write ``rows`` (with ``_row_kind``) as runs and commit them on ``base`` (the current
+    snapshot when None), with the changelog the table's producer asks for; then compact if
+    needed.
 
-    table.refresh()
-    base = table.current_snapshot_id
+    ``on_rebase`` is the commit's conflict check (see :func:`conflict_on_touched_keys`). Once
+    the commit has landed nothing raises: a failing compaction is logged and left for later.
+    """
+    if base is None:
+        table.refresh()
+        base = table.current_snapshot_id
     if rows.num_rows == 0:
         return WriteResult(None, kind)
+    check_sequence_values(table, rows)
     files = write_runs(table, rows)
     result = changelog.commit_runs(table, kind, base, files, rows, commit_id=commit_id,
-                                   summary=summary)
+                                   summary=summary, on_rebase=on_rebase)
     if result.snapshot_id is not None and not result.duplicate:
-        from arrowlake.table.compaction import compact_if_needed
-
-        compact_if_needed(table, {(f.partition_path, f.bucket) for f in files})
+        try:
+            compact_if_needed(table, {(f.partition_path, f.bucket) for f in files})
+        except Exception as exc:  # the write landed: it must not look failed to the caller
+            _log.warning("Snapshot %s of %s committed, but compacting after it failed (the "
+                         "next write or compact() retries): %s", result.snapshot_id,
+                         table.name, exc)
     return result
+
+
+def check_sequence_values(table: Table, rows: pa.Table) -> None:
+    """Refuse NaN in a floating-point ``sequence_field``: it has no order against numbers.
+
+    Nulls are accepted and order before every value (oldest); among equal sequence values
+    the later commit, and within one write the later row, is newer.
+    """
+    seq = sequence_field(table)
+    if seq is None or seq not in rows.column_names:
+        return
+    column = rows.column(seq)
+    if not pa.types.is_floating(column.type):
+        return
+    # Tombstones carry the stored row's value: only versions being added are checked.
+    adding = pc.is_in(rows.column(ROW_KIND), value_set=pa.array(
+        [RowKind.INSERT, RowKind.UPDATE_AFTER], pa.int8()))
+    nans = pc.sum(pc.and_(adding, pc.is_nan(column))).as_py() or 0
+    if nans:
+        raise ValidationError(
+            f"{nans} rows have NaN in sequence_field '{seq}' of table '{table.name}'; NaN has "
+            "no order against other values. Give a number, or null (null orders oldest)")
+
+
+def check_deletes_supported(table: Table, what: str) -> None:
+    """Refuse a delete the table's merge engine would not carry out.
+
+    ``first-row`` keeps the first version of a key forever, ``ignore-delete`` drops
+    retractions, and ``aggregation`` subtracts a retraction unless
+    ``aggregation.remove-record-on-delete`` is set: in all of them a ``-D`` does not remove
+    the key, so ``delete()`` and ``when_matched_delete()`` would report rows as removed that
+    stay. Change data (``write_changes``) keeps the engine's own retraction semantics.
+    """
+    engine = merge_engine(table)
+    reason = None
+    if isinstance(engine, FirstRow):
+        reason = ("its merge engine is 'first-row', which keeps the first version of every key "
+                  "and ignores retractions")
+    elif isinstance(engine, (Deduplicate, PartialUpdate)) and engine.ignore_delete:
+        reason = "it was created with ignore-delete, so retractions are dropped"
+    elif isinstance(engine, Aggregation) and not engine.remove_record_on_delete:
+        reason = ("its merge engine is 'aggregation', where a retraction only subtracts from "
+                  "the aggregates; create the table with properties="
+                  "{'aggregation.remove-record-on-delete': 'true'} to let deletes remove keys")
+    if reason is not None:
+        raise ValidationError(f"{what} cannot delete rows of table '{table.name}': {reason}")
+
+
+def scan_at(table: Table, base: int | None, expr: Any) -> pa.Table:
+    """The merged rows matching ``expr`` at snapshot ``base``, in the current schema."""
+    if base is None:
+        return table.schema.empty_table()
+    return Scan.create(table._view(base, current_schema=True), expr, None, None,
+                       table._merge_spec()).to_arrow()
+
+
+#: How often a delete or merge re-plans on a newer snapshot before giving up.
+REPLAN_ATTEMPTS = 5
+
+
+def gave_up(what: str, table: Table, exc: CommitConflict) -> CommitConflict:
+    return CommitConflict(
+        f"{what} on table '{table.name}' was planned {REPLAN_ATTEMPTS} times and each time "
+        f"another commit changed keys it read before it could commit ({exc}); the table is "
+        "unchanged by it. Retry later, or serialize the writers of these keys")
+
+
+def conflict_on_touched_keys(table: Table, keys: pa.Table, base: int | None,
+                             expr: Expr | None = None) -> Callable[[pa.Table], None]:
+    """An ``on_rebase`` check for a write planned on the rows of ``keys`` at ``base`` (and,
+    with ``expr``, on which rows matched it: a delete by filter).
+
+    An overwrite committed after ``base`` conflicts (it may only have removed files). Files
+    committed after ``base`` whose sequence range ends at or below it are compaction rewrites
+    of older runs: they change no row. Any other one (a new run) in a bucket of the touched
+    keys, whose key range may hold one of them (compared on the first key column, a superset of
+    the composite range), may have changed what the write read: :class:`CommitConflict`.
+    With ``expr``, so does a new run whose statistics say it may hold a row matching
+    ``expr``: a key that matches only since ``base`` must be deleted too.
+    Nothing is computed unless the commit has to be rebased.
+    """
+    rec = table._record
+    key = list(rec.primary_key)
+    first_type = table.schema.field(key[0]).type
+    after = -1 if base is None else base
+    keys = keys.select(key)
+    new_matches = _conflict_on_new_matches(table, expr) if expr is not None else None
+
+    def first_values(texts: pa.ChunkedArray) -> pa.Array:
+        return decode_values([None if t is None else json.loads(t)[0]
+                              for t in texts.to_pylist()], first_type)
+
+    def check(added: pa.Table) -> None:
+        # The commits after ``base`` have all landed: this transaction holds the table.
+        snaps = table._metastore.snapshots(rec.table_id).select(["snapshot_id", "kind"])
+        later = snaps.filter(pc.greater(snaps.column("snapshot_id"), after))
+        if pc.any(pc.equal(later.column("kind"), "overwrite")).as_py():
+            raise CommitConflict(
+                f"An overwrite committed after snapshot {base} on table '{table.name}' may have "
+                "removed keys this write read; the table is unchanged")
+        newer = pc.greater(pc.fill_null(added.column("seq_max"), np.iinfo(np.int64).max), after)
+        new = added.filter(newer)
+        if new.num_rows == 0:
+            return
+        if new_matches is not None:
+            new_matches(new)
+        # The touched keys' first column, grouped by bucket (one sort, then slices).
+        buckets = bucket_of(keys, key, int(rec.buckets or DEFAULT_BUCKETS)).to_numpy()
+        order = np.argsort(buckets, kind="stable")
+        first = keys.column(key[0]).take(pa.array(order))
+        sorted_buckets = buckets[order]
+        lows, highs = first_values(new.column("key_min")), first_values(new.column("key_max"))
+        # One step per new file (few: one per bucket a commit touched), vectorized over keys.
+        for i, bucket in enumerate(new.column("bucket").to_pylist()):
+            if bucket is None:
+                values = first
+            else:
+                lo, hi = np.searchsorted(sorted_buckets, [bucket, bucket + 1])
+                values = first.slice(int(lo), int(hi - lo))
+            if len(values) == 0:
+                continue
+            inside = pa.array(np.ones(len(values), dtype=bool))
+            if lows[i].is_valid:
+                inside = pc.and_(inside, pc.greater_equal(values, lows[i]))
+            if highs[i].is_valid:
+                inside = pc.and_(inside, pc.less_equal(values, highs[i]))
+            if pc.any(inside).as_py():
+                raise CommitConflict(
+                    f"A commit that landed after snapshot {base} wrote keys this write read "
+                    f"on table '{table.name}'; the table is unchanged")
+
+    return check
 
 
 def upsert(table: Table, data: Any, *, commit_id: str | None = None) -> WriteResult:
@@ -307,8 +528,6 @@ def write_changes(table: Table, data: Any, row_kind: str = "op", *,
     """Write CDC rows: ``row_kind`` names the column holding ``+I -U +U -D`` (or 0-3)."""
     require_primary_key(table, "write_changes()")
     table.refresh()
-    from arrowlake.table.inputs import batch_stream
-
     schema, batches = batch_stream(data)
     if row_kind not in schema.names:
         raise ValidationError(
@@ -330,28 +549,37 @@ def write_changes(table: Table, data: Any, row_kind: str = "op", *,
 
 
 def delete_keys(table: Table, expr: Any, *, commit_id: str | None = None) -> WriteResult:
-    """Write tombstones for every key whose current row matches ``expr`` (no rewrite)."""
-    from arrowlake.table.writes import WriteResult
+    """Write tombstones for every key whose current row matches ``expr`` (no rewrite).
 
-    table.refresh()
-    matched = table.scan(filter=expr).to_arrow()
-    if matched.num_rows == 0:
-        return WriteResult(None, "delete")
-    tombstones = with_kinds(matched, RowKind.DELETE)
-    result = commit_rows(table, tombstones, "delete", commit_id=commit_id,
-                         summary={"deleted_rows": matched.num_rows})
+    The keys are found on one snapshot; the commit fails inside its transaction if a run
+    committed since may hold one of them (:func:`conflict_on_touched_keys`), and the delete is
+    then planned again on the newer snapshot, up to :data:`REPLAN_ATTEMPTS` times.
+    """
     from dataclasses import replace
 
-    return replace(result, removed_rows=matched.num_rows, added_rows=0)
+    check_deletes_supported(table, "delete()")
+    for attempt in range(REPLAN_ATTEMPTS):
+        table.refresh()
+        base = table.current_snapshot_id
+        matched = scan_at(table, base, expr)
+        if matched.num_rows == 0:
+            return WriteResult(None, "delete")
+        tombstones = with_kinds(matched, RowKind.DELETE)
+        try:
+            result = commit_rows(table, tombstones, "delete", commit_id=commit_id,
+                                 summary={"deleted_rows": matched.num_rows}, base=base,
+                                 on_rebase=conflict_on_touched_keys(table, matched, base, expr))
+        except CommitConflict as exc:
+            if attempt == REPLAN_ATTEMPTS - 1:
+                raise gave_up("delete()", table, exc) from exc
+            continue
+        return replace(result, removed_rows=matched.num_rows, added_rows=0)
+    raise AssertionError("unreachable")
 
 
 def overwrite(table: Table, data: Any, expr: Any, *, commit_id: str | None = None
               ) -> WriteResult:
     """Replace the rows of whole partitions (or the whole table) of a primary-key table."""
-    from arrowlake.expressions import AlwaysTrue, referenced_columns
-    from arrowlake.scan.planning import fully_matching, plan_files
-    from arrowlake.table.writes import _conflict_on_new_matches, _discard, conformed
-
     table.refresh()
     rec = table._record
     outside = referenced_columns(expr) - set(rec.partition_by)
@@ -364,8 +592,6 @@ def overwrite(table: Table, data: Any, expr: Any, *, commit_id: str | None = Non
     batches = list(conformed(table, data, table.schema, check=check))
     rows = pa.Table.from_batches(batches, schema=table.schema) if batches else \
         table.schema.empty_table()
-    from arrowlake.table.writes import WriteResult
-
     files = write_runs(table, with_kinds(rows, RowKind.INSERT)) if rows.num_rows else []
     try:
         for attempt in range(5):
@@ -378,8 +604,6 @@ def overwrite(table: Table, data: Any, expr: Any, *, commit_id: str | None = Non
             remove = old.column("file_id").to_pylist()
             if not files and not remove:
                 return WriteResult(None, "overwrite")
-            from arrowlake.metastore.store import SnapshotChange
-
             change = SnapshotChange(
                 kind="overwrite", schema_id=rec.current_schema_id, add=files, remove=remove,
                 removed_rows=int(pa.compute.sum(old.column("row_count")).as_py() or 0),

@@ -3,41 +3,67 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 
 from arrowlake.errors import ReadOnlyLake, ValidationError
-from arrowlake.expressions import Expr, to_expression
+from arrowlake.expressions import Expr, to_arrow, to_expression
 from arrowlake.io.stats import decode_values, stats_table
 from arrowlake.metastore.store import check_commit_id
 from arrowlake.scan.planning import TableView
 from arrowlake.scan.scan import Scan
 from arrowlake.scan.split import MergeSpec
-from arrowlake.table import evolution, maintenance, writes
+from arrowlake.table import compaction, evolution, maintenance, primary_key, writes
+from arrowlake.table.compaction import CompactionResult
 from arrowlake.table.maintenance import ExpireResult, OrphanResult
+from arrowlake.table.merge_into import MergeBuilder
+from arrowlake.table.primary_key import merge_engine, sequence_field
 from arrowlake.table.writes import WriteResult
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from arrowlake.io.storage import Storage
-    from arrowlake.lake import Lake
     from arrowlake.metastore.store import Metastore, TableRecord
-    from arrowlake.streaming.stream import Stream
-    from arrowlake.table.compaction import CompactionResult
-    from arrowlake.table.merge_into import MergeBuilder
+
+
+class Catalog(Protocol):
+    """What a table needs from the lake that holds it (an :class:`arrowlake.Lake`, a layer
+    above, which creates tables)."""
+
+    @property
+    def metastore(self) -> Metastore: ...
+
+    def storage_for(self, location: str) -> Storage: ...
+
+
+class ChangeStream(Protocol):
+    """What :meth:`Table.stream` returns: an :class:`arrowlake.streaming.Stream` (a layer
+    above tables; see there for everything it offers)."""
+
+    def __iter__(self) -> Iterator[Any]: ...
+
+    def __aiter__(self) -> AsyncIterator[Any]: ...
+
+    def __enter__(self) -> Any: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+    def commit(self, snapshot_id: int | None = None) -> None: ...
+
+    def close(self) -> None: ...
 
 
 #: Opens a change stream; set by :mod:`arrowlake.streaming` when it is imported (``import
 #: arrowlake`` imports it). Streams sit above tables in the layers, so the table cannot import
 #: them: it offers this hook instead.
-_stream_factory: Callable[..., Stream] | None = None
+_stream_factory: Callable[..., ChangeStream] | None = None
 
 
-def register_stream_factory(factory: Callable[..., Stream]) -> None:
+def register_stream_factory(factory: Callable[..., ChangeStream]) -> None:
     """Install what :meth:`Table.stream` calls (done once by ``arrowlake.streaming``)."""
     global _stream_factory
     _stream_factory = factory
@@ -50,7 +76,7 @@ class Table:
     >>> orders.append(pa.table({"order_id": [1]}))  # doctest: +SKIP
     """
 
-    def __init__(self, lake: Lake, record: TableRecord) -> None:
+    def __init__(self, lake: Catalog, record: TableRecord) -> None:
         self._lake = lake
         self._record = record
 
@@ -101,20 +127,26 @@ class Table:
         return dict(self._record.properties)
 
     def set_properties(self, **properties: str) -> None:
-        """Set table properties (``write.target-file-size``, ``write.row-group-rows``, ...)."""
-        props = dict(self.refresh()._record.properties)
-        if self._record.primary_key:
-            fixed = [k for k in properties if k in ("merge-engine", "sequence-field")
-                     or k.startswith("fields.")]
-            if fixed:
-                raise ValidationError(
-                    f"Properties {fixed} of a primary-key table cannot be changed after "
-                    "creation: the runs already written were merged under them")
-        props.update({k.replace("_", "-") if k.startswith("write_") else k: str(v)
-                      for k, v in properties.items()})
-        from arrowlake.io.writer import WriteOptions
+        """Set table properties (``write.target-file-size``, ``compaction.max-runs``, ...).
 
-        WriteOptions.from_properties(props)  # a malformed write property is refused here
+        Every property arrowlake reads is checked here, so a malformed value fails now rather
+        than in a later write. The merge options of a primary-key table (``merge-engine``,
+        ``sequence-field``, ``ignore-delete``, ``partial-update.ignore-delete``,
+        ``aggregation.remove-record-on-delete``, ``fields.*``) are fixed at creation: the runs
+        already written were merged under them. ``buckets`` is not a property (fixed at
+        creation too)."""
+        props = dict(self.refresh()._record.properties)
+        given = {k.replace("_", "-") if k.startswith("write_") else k: str(v)
+                 for k, v in properties.items()}
+        fixed = sorted(k for k, v in given.items()
+                       if primary_key.is_engine_property(k) and props.get(k) != v)
+        if fixed and self._record.primary_key:
+            raise ValidationError(
+                f"Properties {fixed} of primary-key table '{self.name}' cannot be changed after "
+                "creation: the runs already written were merged under them. Create a new table "
+                "with the options you want and copy the rows into it")
+        props.update(given)
+        primary_key.validate_properties(props, self._record.primary_key)
         if "consumer.expiration" in props:
             maintenance.parse_duration("consumer.expiration", props["consumer.expiration"])
         self._metastore.set_properties(self._record.table_id, props)
@@ -135,7 +167,7 @@ class Table:
         if self._metastore.read_only:
             raise ReadOnlyLake(
                 f"Cannot write to table {self.name}: the lake was opened read-only (its "
-                f"metastore {self._metastore.engine.url.database} cannot be written here)")
+                f"metastore {self._metastore.location} cannot be written here)")
 
     # -- streams -------------------------------------------------------------------------------
 
@@ -145,7 +177,7 @@ class Table:
                bucket_filter: Callable[[int], bool] | None = None,
                include_row_kind: bool = False, filter: Expr | str | None = None,
                columns: Sequence[str] | None = None, stop_at_latest: bool = False,
-               catch_up_threshold: int | None = 10, prefetch: bool = True) -> Stream:
+               catch_up_threshold: int | None = 10, prefetch: bool = True) -> ChangeStream:
         """The table's changes as a stream, read with ``for`` or ``async for``.
 
         >>> with orders.stream(consumer="billing", start="full") as stream:  # doctest: +SKIP
@@ -212,15 +244,15 @@ class Table:
         """
         self.refresh()
         snapshot_id = self._resolve_snapshot(snapshot, as_of, tag)
-        return Scan.create(self._view(snapshot_id), filter, columns, limit, self._merge_spec())
+        view = self._view(snapshot_id)
+        return Scan.create(view, filter, columns, limit, self._merge_spec(view.schema))
 
-    def _merge_spec(self) -> MergeSpec | None:
+    def _merge_spec(self, schema: pa.Schema | None = None) -> MergeSpec | None:
+        """How versions merge when files are read in ``schema`` (the current one by default)."""
         if not self._record.primary_key:
             return None
-        from arrowlake.table.primary_key import merge_engine, sequence_field
-
-        return MergeSpec(tuple(self._record.primary_key), merge_engine(self),
-                         sequence_field(self), tuple(self._record.partition_by))
+        return MergeSpec(tuple(self._record.primary_key), merge_engine(self, schema),
+                         sequence_field(self, schema), tuple(self._record.partition_by))
 
     def to_arrow(self) -> pa.Table:
         return self.scan().to_arrow()
@@ -295,16 +327,12 @@ class Table:
     def upsert(self, data: Any, *, commit_id: str | None = None) -> WriteResult:
         """Insert or replace rows by primary key (merged on read by the table's merge engine)."""
         self._check_write(commit_id)
-        from arrowlake.table import primary_key
-
         return primary_key.upsert(self, data, commit_id=commit_id)
 
     def write_changes(self, data: Any, row_kind: str = "op", *,
                       commit_id: str | None = None) -> WriteResult:
         """Write CDC rows; column ``row_kind`` holds ``+I``, ``-U``, ``+U``, ``-D`` (or 0-3)."""
         self._check_write(commit_id)
-        from arrowlake.table import primary_key
-
         return primary_key.write_changes(self, data, row_kind, commit_id=commit_id)
 
     def merge(self, source: Any, on: str | Sequence[str]) -> MergeBuilder:
@@ -316,16 +344,13 @@ class Table:
         ...       .execute())
         """
         self._check_write()
-        from arrowlake.table.merge_into import MergeBuilder
-
         return MergeBuilder.start(self, source, on)
 
     def compact(self, full: bool = False) -> CompactionResult:
         """Merge the runs of each bucket of a primary-key table (see compaction)."""
         self._check_write()
-        from arrowlake.table.compaction import compact
-
-        return compact(self, full=full)
+        primary_key.require_primary_key(self, "compact()")
+        return compaction.compact(self, full=full)
 
     def overwrite(self, data: Any, filter: Expr | str | None = None, *,
                   commit_id: str | None = None) -> WriteResult:
@@ -336,8 +361,6 @@ class Table:
         """
         self._check_write(commit_id)
         if self._record.primary_key:
-            from arrowlake.table import primary_key
-
             return primary_key.overwrite(self, data, to_expression(filter), commit_id=commit_id)
         return writes.overwrite(self, data, to_expression(filter), commit_id=commit_id)
 
@@ -346,12 +369,8 @@ class Table:
         self._check_write(commit_id)
         expr = to_expression(filter)
         self.refresh()
-        from arrowlake.expressions import to_arrow
-
         to_arrow(expr, self.schema)  # validate before touching anything
         if self._record.primary_key:
-            from arrowlake.table import primary_key
-
             return primary_key.delete_keys(self, expr, commit_id=commit_id)
         return writes.delete(self, expr, commit_id=commit_id)
 

@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 
 from arrowlake.errors import CommitConflict, ValidationError
 from arrowlake.expressions import AlwaysTrue, Expr, evaluate, may_match, referenced_columns
+from arrowlake.io.storage import discard_after_failure
 from arrowlake.io.writer import FileTarget, WriteOptions, write_batches
 from arrowlake.metastore.store import CommitResult, NewFile, SnapshotChange
 from arrowlake.scan.planning import file_stats, file_tasks, fully_matching, make_splits, plan_files
@@ -75,7 +76,10 @@ def _result(kind: str, commit: CommitResult, add: Sequence[NewFile], removed_fil
 
 
 def _discard(table: Table, files: Sequence[NewFile]) -> None:
-    table._storage.delete([table._storage.join(table._record.location, f.path) for f in files])
+    """Delete files written for a commit that did not happen. Called while the write's error
+    propagates, a failure to delete is attached to that error rather than replacing it."""
+    storage = table._storage
+    discard_after_failure(storage, [storage.join(table._record.location, f.path) for f in files])
 
 
 def commit_files(table: Table, kind: str, base: int | None, add: list[NewFile],

@@ -20,14 +20,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from arrowlake.errors import ValidationError
-from arrowlake.table.merging.aggregation import (
+from arrowlake.merge.aggregation import (
     DEFAULT_FUNCTION,
     FUNCTIONS,
     RETRACTABLE,
     aggregate,
     validate_aggregations,
 )
-from arrowlake.table.merging.versions import (
+from arrowlake.merge.versions import (
     ROW_KIND,
     SEQUENCE,
     SYSTEM_COLUMNS,

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from arrowlake.errors import ColumnNotFound, SchemaMismatch, ValidationError
-from arrowlake.table.merging.versions import SYSTEM_COLUMNS, KeyVersions, take
+from arrowlake.merge.versions import SYSTEM_COLUMNS, KeyVersions, take
 
 DEFAULT_FUNCTION = "last_non_null_value"
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 import subprocess
 import sys
 from decimal import Decimal
@@ -13,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from arrowlake.table.bucketing import bucket_of, key_hash
+from arrowlake.merge.bucketing import bucket_of, key_hash
 
 M = 2**64
 
@@ -94,11 +95,13 @@ def test_temporal_and_decimal_keys():
 
 
 def test_same_buckets_in_another_process():
-    code = ("import pyarrow as pa; from arrowlake.table.bucketing import bucket_of; "
+    code = ("import pyarrow as pa; from arrowlake.merge.bucketing import bucket_of; "
             "t = pa.table({'k': pa.array(range(1000), pa.int64())}); "
             "print(bucket_of(t, ['k'], 8).to_pylist())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, env={"PYTHONHASHSEED": "123", "PATH": ""}).stdout
+                         check=True, env={"PYTHONHASHSEED": "123", "PATH": "",
+                                              # the same arrowlake as this process imports
+                                              "PYTHONPATH": os.pathsep.join(sys.path)}).stdout
     here = bucket_of(pa.table({"k": pa.array(range(1000), pa.int64())}), ["k"], 8).to_pylist()
     assert out.strip() == str(here)
 
@@ -106,7 +109,7 @@ def test_same_buckets_in_another_process():
 def test_every_path_gives_the_same_hash():
     """Long low-cardinality columns are hashed per distinct value, short ones byte by byte,
     equal-length values as a byte matrix: the bucket of a value never depends on the path."""
-    from arrowlake.table.bucketing import column_hash
+    from arrowlake.merge.bucketing import column_hash
 
     values = ["eu", None, "apac", "ü", "", "same-width-1", "same-width-2"] * 5000
     column = pa.array(values)

@@ -1,21 +1,21 @@
 """Merging the versions of primary keys: the vectorized kernel behind merge-on-read and compaction.
 
 >>> import pyarrow as pa
->>> from arrowlake.table.merging import Deduplicate
+>>> from arrowlake.merge import Deduplicate
 >>> runs = pa.table({"id": [1, 2, 1], "v": ["old", "x", "new"],
 ...                  "_row_kind": pa.array([0, 0, 2], pa.int8()), "_seq": [1, 2, 3]})
 >>> Deduplicate().merge(runs, ["id"]).to_pydict()
 {'id': [1, 2], 'v': ['new', 'x'], '_row_kind': [2, 0], '_seq': [3, 2]}
 """
 
-from arrowlake.table.merging.aggregation import (
+from arrowlake.merge.aggregation import (
     FUNCTIONS as AGGREGATE_FUNCTIONS,
 )
-from arrowlake.table.merging.aggregation import (
+from arrowlake.merge.aggregation import (
     RETRACTABLE as RETRACTABLE_FUNCTIONS,
 )
-from arrowlake.table.merging.aggregation import validate_aggregations
-from arrowlake.table.merging.engines import (
+from arrowlake.merge.aggregation import validate_aggregations
+from arrowlake.merge.engines import (
     ENGINES,
     Aggregation,
     Deduplicate,
@@ -25,7 +25,7 @@ from arrowlake.table.merging.engines import (
     dedupe_within_write,
     engine_from_options,
 )
-from arrowlake.table.merging.versions import (
+from arrowlake.merge.versions import (
     ROW_KIND,
     SEQUENCE,
     KeyVersions,

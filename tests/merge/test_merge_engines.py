@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from arrowlake.errors import ColumnNotFound, SchemaMismatch, ValidationError
-from arrowlake.table.merging import (
+from arrowlake.merge import (
     ROW_KIND,
     SEQUENCE,
     Aggregation,
@@ -711,7 +711,7 @@ def test_shortcut_for_versions_in_input_order_matches_the_general_merge(runs, wi
     group_versions + newest_versions, newest and oldest, for int and fixed-width keys."""
     import numpy as np
 
-    from arrowlake.table.merging.versions import (
+    from arrowlake.merge.versions import (
         group_versions,
         newest_versions,
         winners_in_input_order,
@@ -738,7 +738,7 @@ def test_shortcut_for_versions_in_input_order_matches_the_general_merge(runs, wi
 
 
 def test_shortcut_declines_out_of_order_versions_and_unsortable_keys():
-    from arrowlake.table.merging.versions import winners_in_input_order
+    from arrowlake.merge.versions import winners_in_input_order
 
     newer_first = pa.table({"id": [1, 1], "_seq": pa.array([2, 1], pa.int64())})
     assert winners_in_input_order(newer_first, ["id"]) is None

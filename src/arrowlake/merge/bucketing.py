@@ -12,7 +12,7 @@ column and combined:
 A single key column's hash is the column hash; several combine left to right as
 ``h = mix(h * 31 + column_hash)``, starting from the first column's hash, all arithmetic modulo
 2**64. Any engine can reproduce the bucket from this text; the
-values are pinned by ``tests/table/test_bucketing.py``.
+values are pinned by ``tests/merge/test_bucketing.py``.
 """
 
 from __future__ import annotations
