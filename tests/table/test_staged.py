@@ -111,3 +111,29 @@ def test_modes_a_table_cannot_take_fail_before_writing(sqlite_lake):
         stage(write_target(t), {"id": [1], "v": ["a"]}, "overwrite",
               replace_where=al.col("v") == "b")
     assert stored_paths(t) == set()
+
+
+def test_staged_upsert_into_a_lookup_table_writes_its_changelog(sqlite_lake):
+    t = sqlite_lake.create_table("s.l", SCHEMA, primary_key=["id"], buckets=2,
+                                 changelog_producer="lookup")
+    t.upsert({"id": [1, 2], "v": ["a", "b"]})
+    start = t.current_snapshot_id
+    target = write_target(t)
+    parts = [stage(target, {"id": [1], "v": ["a2"]}, "upsert", order=0),
+             stage(target, {"id": [2, 3], "v": ["b", "c"]}, "upsert", order=1)]
+    commit_staged(t, parts, "upsert")
+    stream = t.stream(start=start + 1, include_row_kind=True, catch_up_threshold=None,
+                      stop_at_latest=True)
+    with stream:
+        rows = [r for change in stream for r in change.to_arrow().to_pylist()]
+    # Key 2 was written with its current value: no change; key 1 changed, key 3 is new.
+    assert sorted((r["_row_kind"], r["id"], r["v"]) for r in rows) == [
+        ("+I", 3, "c"), ("+U", 1, "a2"), ("-U", 1, "a")]
+
+
+def test_staged_upsert_into_an_input_changelog_table_is_refused(sqlite_lake):
+    t = sqlite_lake.create_table("s.i", SCHEMA, primary_key=["id"],
+                                 changelog_producer="input")
+    with pytest.raises(ValidationError, match="changelog_producer 'input'"):
+        stage(write_target(t), {"id": [1], "v": ["a"]}, "upsert")
+    assert t.current_snapshot_id is None

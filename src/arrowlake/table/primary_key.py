@@ -47,13 +47,13 @@ from arrowlake.metastore.store import NewFile, SnapshotChange
 from arrowlake.scan.planning import fully_matching, plan_files
 from arrowlake.scan.scan import Scan
 from arrowlake.schema import field_id, find_field
+from arrowlake.table import changelog
 from arrowlake.table.compaction import compact_if_needed, compaction_options
 from arrowlake.table.inputs import batch_stream
 from arrowlake.table.writes import (
     WriteResult,
     _conflict_on_new_matches,
     _discard,
-    commit_files,
     conformed,
 )
 
@@ -76,7 +76,7 @@ def _key_type_ok(t: pa.DataType) -> bool:
 
 
 _OPTION_NAMES = ("merge_engine", "sequence_field", "aggregations", "ignore_delete",
-                 "partial_update_ignore_delete", "default_aggregation")
+                 "partial_update_ignore_delete", "default_aggregation", "changelog_producer")
 
 
 def validate_pk_options(schema: pa.Schema, primary_key: Sequence[str],
@@ -158,6 +158,9 @@ def validate_pk_options(schema: pa.Schema, primary_key: Sequence[str],
     if options.get("default_aggregation"):
         props["fields.default-aggregate-function"] = str(options["default_aggregation"])
     props.setdefault("compaction.max-runs", "5")
+    if "changelog_producer" in options:
+        props["changelog-producer"] = changelog.check_producer(options["changelog_producer"],
+                                                               primary_key)
     # Builds the engine once so bad aggregation functions fail now.
     engine_from_options(engine_name, schema, list(primary_key), _engine_options(props))
     return schema, buckets, props
@@ -357,7 +360,8 @@ def commit_rows(table: Table, rows: pa.Table, kind: str, *, commit_id: str | Non
                 summary: dict[str, Any] | None = None, base: int | None = None,
                 on_rebase: Callable[[pa.Table], None] | None = None) -> WriteResult:
     """Write ``rows`` (with ``_row_kind``) as runs and commit them on ``base`` (the current
-    snapshot when None); then compact if needed.
+    snapshot when None), with the changelog the table's producer asks for; then compact if
+    needed.
 
     ``on_rebase`` is the commit's conflict check (see :func:`conflict_on_touched_keys`). Once
     the commit has landed nothing raises: a failing compaction is logged and left for later.
@@ -369,8 +373,8 @@ def commit_rows(table: Table, rows: pa.Table, kind: str, *, commit_id: str | Non
         return WriteResult(None, kind)
     check_sequence_values(table, rows)
     files = write_runs(table, rows)
-    result = commit_files(table, kind, base, files, commit_id=commit_id, summary=summary,
-                          on_rebase=on_rebase)
+    result = changelog.commit_runs(table, kind, base, files, rows, commit_id=commit_id,
+                                   summary=summary, on_rebase=on_rebase)
     return compact_after_commit(table, result, files)
 
 

@@ -33,6 +33,7 @@ from arrowlake.expressions import AlwaysTrue, Expr, referenced_columns, to_arrow
 from arrowlake.io.storage import Storage
 from arrowlake.io.writer import write_batches
 from arrowlake.metastore.store import NewFile, TableRecord
+from arrowlake.table import changelog
 from arrowlake.table import primary_key as pk
 from arrowlake.table.writes import (
     WriteResult,
@@ -92,6 +93,14 @@ def check_mode(target: WriteTarget | Table, mode: str, replace_where: Expr | Non
         raise ValidationError(
             f"Write mode {mode!r} needs a table with a primary key; '{rec.full_name}' has none. "
             "Use 'append' or 'overwrite'")
+    if (mode in ("upsert", "changes")
+            and rec.properties.get("changelog-producer", "none") == "input"):
+        # Workers fold repeated keys as they write runs, so the rows as given are gone by the
+        # time the driver commits.
+        raise ValidationError(
+            f"Table '{rec.full_name}' has changelog_producer 'input', which records the input "
+            "rows exactly as given; engine writes (Spark, Dask) cannot keep them yet. Write "
+            "through Table.upsert()/write_changes() in one process, or use 'lookup'")
     if replace_where is not None and not isinstance(replace_where, AlwaysTrue):
         if mode != "overwrite":
             raise ValidationError("replace_where (replaceWhere) is only for overwrites")
@@ -170,8 +179,10 @@ def commit_staged(table: Table, staged: Sequence[StagedWrite], mode: WriteMode =
         kind = "changes" if mode == "changes" else "upsert"
         if not files:
             return WriteResult(None, kind)
-        result = commit_files(table, kind, table.current_snapshot_id, files,
-                              commit_id=commit_id)
+        rows = _stored_rows(table, files) if changelog.changelog_producer(table) == "lookup" \
+            else pa.table({})
+        result = changelog.commit_runs(table, kind, table.current_snapshot_id, files, rows,
+                                       commit_id=commit_id)
     except BaseException:
         discard_staged(table, ordered)
         raise
@@ -202,6 +213,14 @@ def _settle_repeated_keys(table: Table, staged: Sequence[StagedWrite]) -> list[N
     if replaced:
         discard_staged(table, [StagedWrite(tuple(replaced), 0)])
     return out
+
+
+def _stored_rows(table: Table, runs: Sequence[NewFile]) -> pa.Table:
+    """The rows of written runs (table columns + ``_row_kind`` codes), for a lookup changelog,
+    which compares them with the current versions of their keys."""
+    rows = pa.concat_tables([_read_run(table, f, None) for f in runs])
+    return rows.rename_columns([pk.ROW_KIND if c == pk.KIND_COLUMN else c
+                                for c in rows.column_names])
 
 
 def _read_run(table: Table, file: NewFile, columns: list[str] | None) -> pa.Table:
