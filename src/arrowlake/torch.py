@@ -1,0 +1,372 @@
+"""PyTorch: scans (and streams) as ``IterableDataset`` s for a ``DataLoader``.
+
+>>> ds = events.scan(columns=["x", "y"]).to_torch(batch_size=4096, shuffle_buffer=100_000,
+...                                               seed=7)  # doctest: +SKIP
+>>> loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=4)  # doctest: +SKIP
+
+The dataset yields whole batches (so the DataLoader is given ``batch_size=None``): a dict of
+tensors, one per column, or Arrow record batches with ``output="arrow"``.
+
+Sharing out: the splits are ordered (shuffled per epoch from ``seed`` and the epoch number,
+the same order in every process), then dealt out to the ``world_size * num_workers`` readers
+(every DataLoader worker of every distributed rank) by size, so each reads a disjoint share and
+together they read every row once per epoch. The rank and world size come from
+``torch.distributed`` when it is initialised, or are given.
+
+Epochs: call :meth:`set_epoch` at the start of each epoch (as with ``DistributedSampler``); a
+dataset iterated in one process (``num_workers=0``, or persistent workers) also advances its
+epoch by itself on every new iteration. With ``seed`` given, every epoch's order is
+reproducible; without it, a seed is drawn once when the dataset is made.
+
+Rows are shuffled within each reader's share with a buffer of ``shuffle_buffer`` rows (0: rows
+keep the order of their split). Tensors share Arrow's memory where Arrow allows it (numeric
+columns without nulls, in one chunk); do not modify them in place.
+
+``torch`` is imported only when a dataset is made (the ``torch`` extra).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+import pyarrow as pa
+
+from arrowlake.errors import ValidationError, require
+from arrowlake.scan.adapters import register_adapter
+from arrowlake.scan.scan import Scan
+
+__all__ = ["OUTPUTS", "SplitDataset", "dataset"]
+
+OUTPUTS = ("torch", "arrow")
+
+
+class SplitLike(Protocol):
+    """What the datasets read: a picklable part of a scan or a change."""
+
+    def to_batches(self) -> Iterator[pa.RecordBatch]: ...
+
+    @property
+    def row_count(self) -> int: ...
+
+
+# -- converting batches ---------------------------------------------------------------------------
+
+
+def _tensor_kind(t: pa.DataType) -> str | None:
+    """How a column of type ``t`` becomes a tensor, or None when it cannot."""
+    if pa.types.is_integer(t) or pa.types.is_floating(t):
+        return "number"
+    if pa.types.is_boolean(t):
+        return "bool"
+    if pa.types.is_timestamp(t) or pa.types.is_date(t) or pa.types.is_duration(t) \
+            or pa.types.is_time(t):
+        return "temporal"  # as int64/int32 counts of the type's unit
+    if pa.types.is_fixed_size_list(t) and _tensor_kind(t.value_type) in ("number", "bool"):
+        return "fixed_list"  # one row of a 2-D tensor per value, e.g. embeddings
+    return None
+
+
+def check_tensor_columns(schema: pa.Schema) -> None:
+    """Refuse, before reading, columns that have no tensor form."""
+    bad = [f"{f.name} ({f.type})" for f in schema if _tensor_kind(f.type) is None]
+    if bad:
+        raise ValidationError(
+            f"Columns {', '.join(bad)} cannot become tensors (only integer, floating, boolean, "
+            "temporal and fixed-size-list-of-number columns can): choose columns= without "
+            "them, or use output='arrow'")
+
+
+def _numpy(array: pa.Array, name: str) -> np.ndarray:
+    kind = _tensor_kind(array.type)
+    if kind == "temporal":
+        width = pa.int64() if array.type.bit_width == 64 else pa.int32()
+        array = array.view(width)
+        kind = "number"
+    if kind == "fixed_list":
+        width = array.type.list_size
+        if array.null_count:
+            raise ValidationError(f"Column '{name}' holds null lists; a tensor cannot: filter "
+                                  "them out or use output='arrow'")
+        values = _numpy(array.flatten(), name)
+        return values.reshape(len(array), width)
+    if array.null_count:
+        if pa.types.is_floating(array.type):
+            return array.to_numpy(zero_copy_only=False)  # nulls become NaN
+        raise ValidationError(
+            f"Column '{name}' ({array.type}) holds nulls, which an integer or boolean tensor "
+            f"cannot: filter them out (e.g. filter=\"{name} is not null\"), or use "
+            "output='arrow'")
+    return array.to_numpy(zero_copy_only=False)  # zero-copy unless boolean
+
+
+def to_tensors(batch: pa.RecordBatch) -> dict[str, Any]:
+    """A record batch as a dict of tensors, sharing Arrow's buffers where it can."""
+    torch = require("torch", "torch", "to_torch()")
+    out = {}
+    with warnings.catch_warnings():
+        # Arrow's buffers are read-only; torch warns once that the tensor is not writable.
+        warnings.simplefilter("ignore", UserWarning)
+        for name, column in zip(batch.schema.names, batch.columns, strict=True):
+            out[name] = torch.from_numpy(_numpy(column, name))
+    return out
+
+
+# -- batching and shuffling (vectorized: tables are sliced and taken, never walked by row) -------
+
+
+def rebatch(tables: Iterable[pa.Table | pa.RecordBatch], schema: pa.Schema, batch_size: int,
+            drop_last: bool) -> Iterator[pa.RecordBatch]:
+    """Batches of exactly ``batch_size`` rows (the last one shorter unless ``drop_last``)."""
+    pending: list[pa.RecordBatch] = []
+    rows = 0
+    for part in tables:
+        if not part.num_rows:
+            continue
+        pending.extend(part.to_batches() if isinstance(part, pa.Table) else [part])
+        rows += part.num_rows
+        if rows < batch_size:
+            continue
+        table = pa.Table.from_batches(pending, schema)
+        start = 0
+        while rows - start >= batch_size:
+            yield _one_batch(table.slice(start, batch_size))
+            start += batch_size
+        pending = table.slice(start).to_batches()
+        rows -= start
+    if rows and not drop_last:
+        yield _one_batch(pa.Table.from_batches(pending, schema))
+
+
+def _one_batch(table: pa.Table) -> pa.RecordBatch:
+    batches = table.combine_chunks().to_batches()  # copies only when rows span chunks
+    return batches[0] if batches else pa.RecordBatch.from_pylist([], table.schema)
+
+
+def shuffled(batches: Iterable[pa.RecordBatch], schema: pa.Schema, buffer_rows: int,
+             rng: np.random.Generator) -> Iterator[pa.Table]:
+    """The rows of ``batches`` shuffled through a buffer of about ``buffer_rows`` rows.
+
+    When the buffer is full its rows are permuted; half of them leave, half wait to be mixed
+    with what comes next (each row is copied about twice).
+    """
+    pending: list[pa.RecordBatch] = []
+    rows = 0
+    keep = buffer_rows // 2
+    for batch in batches:
+        pending.append(batch)
+        rows += batch.num_rows
+        if rows < buffer_rows:
+            continue
+        table = pa.Table.from_batches(pending, schema)
+        order = pa.array(rng.permutation(rows))
+        yield table.take(order[keep:])
+        rest = table.take(order[:keep])
+        pending, rows = rest.to_batches(), keep
+    if rows:
+        table = pa.Table.from_batches(pending, schema)
+        yield table.take(pa.array(rng.permutation(rows)))
+
+
+# -- sharing out splits ---------------------------------------------------------------------------
+
+
+def deal(sizes: Sequence[int], readers: int) -> list[list[int]]:
+    """The indices of ``sizes`` dealt to ``readers`` in order, each to the least-loaded reader
+    so far (ties: the lowest reader): disjoint shares, together all of them."""
+    loads = np.zeros(readers, dtype=np.int64)
+    shares: list[list[int]] = [[] for _ in range(readers)]
+    for index, size in enumerate(sizes):  # one step per split, not per row
+        reader = int(np.argmin(loads))
+        shares[reader].append(index)
+        loads[reader] += max(int(size), 1)
+    return shares
+
+
+@dataclass
+class SplitDataset:
+    """The reading logic of the datasets, free of torch so that it pickles by reference.
+
+    ``source`` gives the splits of one epoch (for a scan: its planned splits; for a stream: the
+    splits of its changes as they arrive, which never ends).
+    """
+
+    source: Callable[[], Iterable[SplitLike]] | Sequence[SplitLike]
+    schema: pa.Schema
+    batch_size: int = 1024
+    shuffle_buffer: int = 0
+    seed: int | None = None
+    shuffle: bool = True
+    drop_last: bool = False
+    output: str = "torch"
+    rank: int = 0
+    world_size: int = 1
+    epoch: int = 0
+    _epoch_set: bool = field(default=False, repr=False)
+    _iterations: int = field(default=0, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.output not in OUTPUTS:
+            raise ValidationError(f"output must be one of {OUTPUTS}, got {self.output!r}")
+        if self.batch_size < 1:
+            raise ValidationError(f"batch_size must be 1 or more, got {self.batch_size}")
+        if self.shuffle_buffer < 0:
+            raise ValidationError(f"shuffle_buffer must be 0 or more, got {self.shuffle_buffer}")
+        if self.world_size < 1 or not 0 <= self.rank < self.world_size:
+            raise ValidationError(f"rank must be in [0, world_size): got rank={self.rank}, "
+                                  f"world_size={self.world_size}")
+        if self.seed is None:
+            if self.world_size > 1 and (self.shuffle or self.shuffle_buffer):
+                raise ValidationError(
+                    "With several ranks, pass seed= (the same on every rank): the ranks must "
+                    "agree on each epoch's order of splits to share them out")
+            self.seed = int(np.random.default_rng().integers(2**62))
+        if self.output == "torch":
+            check_tensor_columns(self.schema)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Use ``epoch``'s order of splits from the next iteration on."""
+        self.epoch = int(epoch)
+        self._epoch_set = True
+
+    def _this_epoch(self) -> int:
+        if self._epoch_set:
+            return self.epoch
+        epoch = self.epoch + self._iterations
+        self._iterations += 1
+        return epoch
+
+    def _reader(self, worker: int, workers: int) -> tuple[int, int]:
+        return self.rank * workers + worker, self.world_size * workers
+
+    def splits_of(self, reader: int, readers: int, epoch: int) -> Iterator[SplitLike]:
+        """The splits reader ``reader`` of ``readers`` reads in ``epoch``."""
+        if callable(self.source):
+            # An unbounded sequence (a stream): split k goes to reader k mod readers.
+            for k, split in enumerate(self.source()):
+                if k % readers == reader:
+                    yield split
+            return
+        splits = list(self.source)
+        order = np.arange(len(splits))
+        if self.shuffle:
+            order = np.random.default_rng([self.seed or 0, epoch]).permutation(len(splits))
+        shares = deal([splits[i].row_count for i in order], readers)
+        for i in shares[reader]:
+            yield splits[int(order[i])]
+
+    def batches(self, worker: int = 0, workers: int = 1) -> Iterator[pa.RecordBatch]:
+        """This worker's batches of the next epoch, as Arrow record batches."""
+        epoch = self._this_epoch()
+        reader, readers = self._reader(worker, workers)
+        parts: Iterable[pa.RecordBatch | pa.Table] = (
+            b for split in self.splits_of(reader, readers, epoch) for b in split.to_batches())
+        if self.shuffle_buffer:
+            rng = np.random.default_rng([self.seed or 0, epoch, reader, 1])
+            parts = shuffled(parts, self.schema, self.shuffle_buffer, rng)
+        return rebatch(parts, self.schema, self.batch_size, self.drop_last)
+
+    def items(self, worker: int = 0, workers: int = 1) -> Iterator[Any]:
+        batches = self.batches(worker, workers)
+        if self.output == "arrow":
+            return batches
+        return (to_tensors(b) for b in batches)
+
+
+_dataset_class: type | None = None
+
+
+def _torch_dataset_class() -> type:
+    """``TorchDataset``: defined on first use, once torch is imported."""
+    global _dataset_class
+    if _dataset_class is not None:
+        return _dataset_class
+    torch = require("torch", "torch", "to_torch()")
+
+    class TorchDataset(torch.utils.data.IterableDataset):
+        """An ``IterableDataset`` over a :class:`SplitDataset` (see the module docs)."""
+
+        def __init__(self, reading: SplitDataset) -> None:
+            super().__init__()
+            self.reading = reading
+
+        def set_epoch(self, epoch: int) -> None:
+            self.reading.set_epoch(epoch)
+
+        @property
+        def schema(self) -> pa.Schema:
+            return self.reading.schema
+
+        def __iter__(self) -> Iterator[Any]:
+            info = torch.utils.data.get_worker_info()
+            if info is None:
+                return self.reading.items()
+            return self.reading.items(info.id, info.num_workers)
+
+        def __reduce__(self) -> tuple[Any, ...]:
+            return (_rebuild, (self.reading,))
+
+    TorchDataset.__module__ = __name__
+    TorchDataset.__qualname__ = "TorchDataset"
+    _dataset_class = TorchDataset
+    return TorchDataset
+
+
+def _rebuild(reading: SplitDataset) -> Any:
+    return _torch_dataset_class()(reading)
+
+
+def _distributed() -> tuple[int, int]:
+    torch = require("torch", "torch", "to_torch()")
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return int(dist.get_rank()), int(dist.get_world_size())
+    return 0, 1
+
+
+def dataset(source: Callable[[], Iterable[SplitLike]] | Sequence[SplitLike],
+            schema: pa.Schema, *, batch_size: int = 1024, shuffle_buffer: int = 0,
+            seed: int | None = None, shuffle: bool = True, drop_last: bool = False,
+            output: str = "torch", rank: int | None = None, world_size: int | None = None
+            ) -> Any:
+    """A ``torch.utils.data.IterableDataset`` over splits (see the module docs).
+
+    ``source``: the splits of an epoch, or a function giving them as they come (a stream).
+    ``batch_size``: rows per item; ``drop_last`` drops each reader's last, shorter batch.
+    ``shuffle``: shuffle the order of splits every epoch. ``shuffle_buffer``: rows to shuffle
+    through (0: none). ``output``: ``"torch"`` (dict of tensors) or ``"arrow"`` (record
+    batches). ``rank``/``world_size``: this process's place among distributed ranks (default:
+    ``torch.distributed``'s, else 0 of 1).
+    """
+    require("torch", "torch", "to_torch()")
+    if (rank is None) != (world_size is None):
+        raise ValidationError("Give both rank= and world_size=, or neither")
+    if rank is None or world_size is None:
+        rank, world_size = _distributed()
+    reading = SplitDataset(source, schema, batch_size=batch_size, shuffle_buffer=shuffle_buffer,
+                           seed=seed, shuffle=shuffle, drop_last=drop_last, output=output,
+                           rank=rank, world_size=world_size)
+    return _torch_dataset_class()(reading)
+
+
+def scan_dataset(scan: Scan, *, split_bytes: int | None = None, **options: Any) -> Any:
+    """:meth:`Scan.to_torch`: the scan's splits as a dataset."""
+    require("torch", "torch", "Scan.to_torch()")
+    if scan.limit is not None:
+        raise ValidationError("Scan.to_torch() cannot share out a scan with a limit; read "
+                              "it with to_arrow(), or drop the limit")
+    if options.get("output", "torch") == "torch":
+        check_tensor_columns(scan.schema)
+    return dataset(scan.plan(split_bytes), scan.schema, **options)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "TorchDataset":  # the class, for isinstance checks and pickling by name
+        return _torch_dataset_class()
+    raise AttributeError(name)
+
+
+register_adapter("torch.scan", scan_dataset)
