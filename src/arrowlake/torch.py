@@ -286,7 +286,7 @@ def _torch_dataset_class() -> type:
         return _dataset_class
     torch = require("torch", "torch", "to_torch()")
 
-    class TorchDataset(torch.utils.data.IterableDataset):
+    class TorchDataset(torch.utils.data.IterableDataset):  # type: ignore[name-defined]
         """An ``IterableDataset`` over a :class:`SplitDataset` (see the module docs)."""
 
         def __init__(self, reading: SplitDataset) -> None:
