@@ -1,0 +1,134 @@
+"""PyTorch: datasets share splits out among DataLoader workers and distributed ranks."""
+
+from __future__ import annotations
+
+import pickle
+import sys
+import warnings
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+import arrowlake as al
+from arrowlake.errors import MissingDependency, ValidationError
+from arrowlake.torch import to_tensors
+from tests.engines.conftest import fill_append_table, fill_pk_table
+
+WORKERS = 4
+RANKS = 2
+
+
+def _ids(dataset, workers: int = WORKERS) -> np.ndarray:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # more workers than this machine's cores
+        loader = DataLoader(dataset, batch_size=None, num_workers=workers)
+        return np.concatenate([batch["id"].numpy() for batch in loader])
+
+
+def _epoch(table: al.Table, epoch: int, seed: int) -> list[np.ndarray]:
+    """The ids each simulated rank reads in ``epoch``, through a 4-worker DataLoader."""
+    out = []
+    for rank in range(RANKS):
+        ds = table.scan(columns=["id", "x", "y"]).to_torch(
+            batch_size=64, shuffle_buffer=300, seed=seed, rank=rank, world_size=RANKS,
+            split_bytes=1)
+        ds.set_epoch(epoch)
+        out.append(_ids(ds))
+    return out
+
+
+def test_workers_and_ranks_read_every_row_once_per_epoch(sqlite_lake):
+    table = fill_append_table(sqlite_lake, commits=12, rows=200)
+    n = table.count()
+    assert len(table.scan().plan(1)) >= RANKS * WORKERS
+    orders = []
+    for epoch in range(2):
+        per_rank = _epoch(table, epoch, seed=11)
+        everything = np.concatenate(per_rank)
+        assert len(everything) == n  # every row once: no row twice, none missing
+        assert np.array_equal(np.sort(everything), np.arange(n))
+        assert not set(per_rank[0]) & set(per_rank[1])  # the ranks' shares are disjoint
+        assert all(len(ids) > n // 4 for ids in per_rank)  # and both do real work
+        orders.append(everything)
+    assert not np.array_equal(orders[0], orders[1])  # a new shuffle every epoch
+    assert not np.array_equal(orders[0], np.sort(orders[0]))
+    # The same seed gives the same epochs, row for row; another seed another order.
+    assert np.array_equal(np.concatenate(_epoch(table, 1, seed=11)), orders[1])
+    assert not np.array_equal(np.concatenate(_epoch(table, 1, seed=12)), orders[1])
+
+
+def test_a_dataset_used_in_one_process_reshuffles_every_epoch(sqlite_lake):
+    table = fill_append_table(sqlite_lake, commits=6, rows=100)
+    ds = table.scan(columns=["id"]).to_torch(batch_size=50, seed=3, split_bytes=1)
+    first, second = _ids(ds, workers=0), _ids(ds, workers=0)
+    assert sorted(first) == sorted(second) == list(range(table.count()))
+    assert not np.array_equal(first, second)
+
+
+def test_primary_key_tables_are_read_merged(sqlite_lake):
+    table = fill_pk_table(sqlite_lake)
+    expected = table.scan(columns=["id", "y"]).to_arrow().sort_by("id")
+    ds = table.scan(columns=["id", "y"]).to_torch(batch_size=128, seed=1, split_bytes=1)
+    rows = {}
+    for batch in DataLoader(ds, batch_size=None, num_workers=2):
+        rows.update(zip(batch["id"].tolist(), batch["y"].tolist(), strict=True))
+    assert len(rows) == expected.num_rows
+    assert rows == dict(zip(expected["id"].to_pylist(), expected["y"].to_pylist(), strict=True))
+
+
+def test_batches_are_exact_and_drop_last_drops_the_short_one(sqlite_lake):
+    table = fill_append_table(sqlite_lake, commits=3, rows=100)  # 100 + 101 + 102 rows
+    full = table.scan(columns=["id"]).to_torch(batch_size=40, shuffle=False)
+    sizes = [len(b["id"]) for b in full]
+    assert sizes == [40] * 7 + [23]
+    dropped = table.scan(columns=["id"]).to_torch(batch_size=40, drop_last=True, shuffle=False)
+    assert [len(b["id"]) for b in dropped] == [40] * 7
+
+
+def test_tensors_have_the_columns_types_and_share_arrows_memory(sqlite_lake):
+    table = fill_append_table(sqlite_lake, commits=2, rows=100)
+    ds = table.scan(columns=["id", "x", "y", "day"]).to_torch(batch_size=1000)
+    (batch,) = list(ds)
+    assert {k: v.dtype for k, v in batch.items()} == {
+        "id": torch.int64, "x": torch.float32, "y": torch.int32, "day": torch.int32}
+    assert np.array_equal(batch["x"].numpy(), (batch["id"].numpy() * 0.5).astype(np.float32))
+    arrow = pa.record_batch({"v": pa.array(np.arange(10, dtype=np.float64))}).slice(3)
+    tensor = to_tensors(arrow)["v"]
+    assert tensor.tolist() == list(range(3, 10))
+    assert tensor.data_ptr() == arrow.column(0).buffers()[1].address + 3 * 8  # no copy
+
+
+def test_arrow_output_yields_record_batches_with_any_column(sqlite_lake):
+    table = fill_append_table(sqlite_lake, commits=2, rows=100)
+    ds = table.scan(columns=["id", "customer"]).to_torch(batch_size=150, output="arrow",
+                                                         shuffle_buffer=80, seed=5)
+    batches = list(DataLoader(ds, batch_size=None, num_workers=2))
+    assert all(isinstance(b, pa.RecordBatch) for b in batches)
+    rows = pa.Table.from_batches(batches).sort_by("id")
+    assert rows.equals(table.scan(columns=["id", "customer"]).to_arrow().sort_by("id"))
+
+
+def test_columns_without_a_tensor_form_are_refused_up_front(sqlite_lake):
+    table = fill_append_table(sqlite_lake, commits=1)
+    with pytest.raises(ValidationError, match=r"customer \(string\).*output='arrow'"):
+        table.scan().to_torch()
+    with pytest.raises(ValidationError, match="seed="):
+        table.scan(columns=["id"]).to_torch(rank=0, world_size=2)
+
+
+def test_datasets_pickle_for_spawned_workers(sqlite_lake):
+    table = fill_append_table(sqlite_lake, commits=2, rows=50)
+    ds = table.scan(columns=["id"]).to_torch(batch_size=1000, seed=2)
+    copy = pickle.loads(pickle.dumps(ds))
+    assert isinstance(copy, torch.utils.data.IterableDataset)
+    assert sorted(next(iter(copy))["id"].tolist()) == list(range(101))
+
+
+def test_to_torch_without_torch_names_the_extra(sqlite_lake, monkeypatch):
+    table = fill_append_table(sqlite_lake, commits=1)
+    monkeypatch.setitem(sys.modules, "torch", None)  # as if torch were not installed
+    with pytest.raises(MissingDependency, match=r"arrowlake\[torch\]"):
+        table.scan(columns=["id"]).to_torch()
