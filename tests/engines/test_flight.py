@@ -36,10 +36,11 @@ class Server:
             env=_env())
         assert self.process.stdout is not None
         self.location = self.process.stdout.readline().strip()
-        assert self.location.startswith("grpc://127.0.0.1:"), self.process.stderr.read()
+        assert self.location.startswith(("grpc://127.0.0.1:", "grpc+tls://127.0.0.1:")), \
+            self.process.stderr.read()
 
-    def client(self) -> fl.FlightClient:
-        return fl.connect(self.location)
+    def client(self, **options: object) -> fl.FlightClient:
+        return fl.connect(self.location, **options)
 
     def stop(self) -> int:
         self.process.send_signal(signal.SIGTERM)
@@ -173,7 +174,7 @@ def test_errors_reach_the_client_with_our_message(served):
 
 
 def test_the_server_survives_a_client_that_disconnects_mid_stream(served):
-    lake_dir, server = served
+    _, server = served
     info = server.client().get_flight_info(_command(table="shop.big"), AUTH)
     (endpoint,) = info.endpoints
     # Another process starts reading the 2,000,000 rows and dies after the first batch.
@@ -209,3 +210,49 @@ def test_serve_refuses_an_empty_token_file_and_a_missing_lake(tmp_path):
     done = subprocess.run([*cli, "--lake", str(tmp_path / "nowhere"), "serve", "--port", "0"],
                           capture_output=True, text=True, timeout=60, env=_env())
     assert done.returncode == 2 and "No lake at" in done.stderr
+
+
+def _self_signed(tmp_path: Path) -> tuple[Path, Path]:
+    import datetime as dt
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = dt.datetime.now(dt.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=5))
+            .not_valid_after(now + dt.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName(
+                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                critical=False)
+            .sign(key, hashes.SHA256()))
+    cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                           serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return cert_path, key_path
+
+
+def test_tls_with_a_certificate(tmp_path):
+    lake_dir = tmp_path / "lake"
+    with al.connect(lake_dir) as lake:
+        expected = fill_append_table(lake, commits=2).to_arrow()
+    cert, key = _self_signed(tmp_path)
+    server = Server(lake_dir, "--tls-cert", str(cert), "--tls-key", str(key))
+    try:
+        assert server.location.startswith("grpc+tls://")
+        client = server.client(tls_root_certs=cert.read_bytes())
+        got = _read(client, fl.FlightDescriptor.for_path("shop.events"))
+        assert got.sort_by("id").equals(expected.sort_by("id"))
+        with pytest.raises(fl.FlightUnavailableError):  # plain text is not accepted
+            fl.connect(server.location.replace("grpc+tls", "grpc")).get_flight_info(
+                fl.FlightDescriptor.for_path("shop.events"))
+    finally:
+        assert server.stop() == 0
