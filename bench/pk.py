@@ -31,7 +31,16 @@ read (``pa.total_allocated_bytes()`` sampled by a thread every millisecond), aga
 size of the result; numpy arrays the merge allocates are not Arrow allocations, so the growth of
 the process's resident memory is shown too.
 
+The long run (``--long-upserts``, default 50; ``--long-only`` runs nothing else): a table with
+default compaction settings, ``--rows`` rows, then that many upserts of ``--rows / 10`` rows
+(half existing ids, half new), each timed right after ``pq.write_table`` of the same rows. It
+prints the per-upsert median and max (compaction included: writes compact as they go), the bytes
+rewritten by compaction per byte upserted (``WriteResult.compaction``), the total against
+``pq.write_table`` of the same batches, and after every 10 upserts the merged full read against
+a ``pyarrow.dataset`` read of the same live rows written by ``pq.write_table`` (paired medians).
+
     python bench/pk.py [--rows 2000000] [--runs 3] [--no-deltalake] [--encodings auto|plain]
+                       [--long-upserts 50] [--long-only]
 """
 
 from __future__ import annotations
@@ -51,6 +60,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
@@ -229,6 +239,93 @@ def arrowlake_run(root: Path, w: Workload, encodings: str = "auto"
     return ArrowlakeRun(load, upserts, float("nan"), raw_load, raw_upserts), table
 
 
+@dataclass
+class LongRun:
+    upserts: list[float] = field(default_factory=list)
+    raw_upserts: list[float] = field(default_factory=list)
+    upserted_bytes: int = 0  # the upserts' own runs
+    compacted_read: int = 0  # bytes of the runs compactions merged
+    compacted_written: int = 0  # bytes compactions wrote in their place
+    compactions: int = 0  # upserts that committed a compaction
+    # (upserts so far, files per bucket, merged read, raw read of the same rows)
+    reads: list[tuple[int, float, float, float]] = field(default_factory=list)
+
+
+def long_run(root: Path, rows: int, upserts: int, runs: int, encodings: str) -> LongRun:
+    """``upserts`` upserts of ``rows / 10`` rows into ``rows`` rows, default settings."""
+    rng = np.random.default_rng(7)
+    lake = al.connect(str(root / "long"))
+    initial = rows_for(rng, rng.permutation(rows).astype(np.int64))
+    table = lake.create_table("bench.long", initial.schema, primary_key=["region", "id"],
+                              partition_by=["region"], buckets=4,
+                              properties={"write.encodings": encodings})
+    table.upsert(initial)
+    live = initial  # the rows a reader must see, kept up to date outside the timings
+    del initial
+    out = LongRun()
+    size = rows // 10
+    next_new = rows
+    for i in range(upserts):
+        old = rng.choice(rows, size // 2, replace=False)
+        new = np.arange(next_new, next_new + size - size // 2)
+        next_new += len(new)
+        batch = rows_for(rng, rng.permutation(np.concatenate([old, new])))
+        out.raw_upserts.append(raw_write(batch, root / "raw-long.parquet"))
+        gc.collect()
+        start = time.perf_counter()
+        result = table.upsert(batch)
+        out.upserts.append(time.perf_counter() - start)
+        mine = table.files(snapshot=result.snapshot_id)
+        out.upserted_bytes += sum(
+            size for size, snap in zip(mine["file_size"].to_pylist(),
+                                       mine["added_snapshot"].to_pylist(), strict=True)
+            if snap == result.snapshot_id)
+        if result.compaction is not None and result.compaction.snapshot_id is not None:
+            out.compactions += 1
+            out.compacted_read += result.compaction.removed_bytes
+            out.compacted_written += result.compaction.added_bytes
+        live = pa.concat_tables([
+            live.filter(pc.invert(pc.is_in(live["id"], value_set=batch["id"]))), batch])
+        if (i + 1) % 10 == 0 or i + 1 == upserts:
+            raw_file = root / "raw-long-live.parquet"
+            pq.write_table(live, raw_file, compression="zstd")
+            per_bucket = table.files().num_rows / 16  # a run is one file at this size
+
+            def raw_read(f: Path = raw_file) -> pa.Table:
+                return ds.dataset(f, format="parquet").to_table(use_threads=True)
+
+            t_read, got, t_raw = paired_medians(lambda: table.to_arrow(), raw_read, runs)
+            assert same_rows(got, live), f"merged read after {i + 1} upserts differs"
+            del got
+            out.reads.append((i + 1, per_bucket, t_read, t_raw))
+    return out
+
+
+def print_long(rows: int, upserts: int, r: LongRun) -> None:
+    each = statistics.median(r.upserts)
+    worst = max(r.upserts)
+    amp = r.compacted_written / r.upserted_bytes
+    total, raw_total = sum(r.upserts), sum(r.raw_upserts)
+    print(f"long run: {rows:,} rows, then {upserts} upserts of {rows // 10:,} with default "
+          f"settings; {r.compactions} of them compacted (seconds)")
+    table = [
+        Row("upsert (median)", each, "pq.write_table zstd (median)",
+            statistics.median(r.raw_upserts)),
+        Row("upsert (max) vs upsert median", worst, "arrowlake upsert median", each, "<=4x",
+            worst <= 4 * each),
+        Row(f"{upserts} upserts (total, compaction included)", total,
+            "pq.write_table zstd (total)", raw_total, "<=1.5x", total <= 1.5 * raw_total),
+        Row("compaction bytes written / bytes upserted", amp, "-", float("nan"), "<=3",
+            amp <= 3),
+        Row("compaction bytes read / bytes upserted", r.compacted_read / r.upserted_bytes, "-",
+            float("nan")),
+    ]
+    for n, per_bucket, t_read, t_raw in r.reads:
+        table.append(Row(f"full read after {n} upserts ({per_bucket:.1f} files/bucket)", t_read,
+                         "pyarrow.dataset same rows", t_raw, "<=1.5x", t_read <= 1.5 * t_raw))
+    print_table("", table)
+
+
 def deltalake_upserts(root: Path, w: Workload) -> tuple[float, list[float], str]:
     from deltalake import DeltaTable, write_deltalake
 
@@ -283,8 +380,19 @@ def main() -> None:
     parser.add_argument("--encodings", choices=["auto", "plain"], default="auto",
                         help="the table's write.encodings (plain: what the merge alone costs "
                              "against the default-encoded baseline file)")
+    parser.add_argument("--long-upserts", type=int, default=50,
+                        help="upserts of the long run (0: skip it)")
+    parser.add_argument("--long-only", action="store_true", help="run only the long run")
     args = parser.parse_args()
     runs = args.runs
+    if args.long_only:
+        root = Path(tempfile.mkdtemp(prefix="arrowlake-bench-pk-long-"))
+        try:
+            long = long_run(root, args.rows, args.long_upserts, runs, args.encodings)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+        print_long(args.rows, args.long_upserts, long)
+        return
     w = Workload.make(args.rows)
     n_live = w.live.num_rows
     root = Path(tempfile.mkdtemp(prefix="arrowlake-bench-pk-"))
@@ -377,6 +485,8 @@ def main() -> None:
                     lambda: DeltaTable(paths[-1]).to_pyarrow_table(), runs)
                 assert dout.num_rows == n_live, (dout.num_rows, n_live)
                 delta_note = f"deltalake {deltalake.__version__}"
+        long = long_run(root, args.rows, args.long_upserts, runs, args.encodings) \
+            if args.long_upserts else None
         paimon_note = ("pypaimon: not measured (2.x pins pyarrow<20, pandas<3, polars<2); issue "
                        "reference: 58 s upserts, 57 s full read")
     finally:
@@ -426,6 +536,9 @@ def main() -> None:
         print(delta_note)
     print(paimon_note)
     print()
+    if long is not None:
+        print_long(args.rows, args.long_upserts, long)
+        print()
     mb = 1 << 20
     print(f"{'peak memory of the full read (MiB)':44} {'arrow':>10} {'rss':>10} "
           f"{'result':>10} {'arrow/res':>9}  target")

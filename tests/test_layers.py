@@ -203,7 +203,8 @@ def test_the_read_path_runs_top_down():
     assert not [i for i in imports if i.source.startswith("arrowlake.merge")
                 and layer_of(i.target) >= layer_of("arrowlake.scan")]
     assert not (PACKAGE_DIR / "table" / "merge_read.py").exists()
-    assert not (PACKAGE_DIR / "table" / "merging").exists()
+    # Only sources count: a checkout may keep a stale __pycache__ of the old package.
+    assert not list((PACKAGE_DIR / "table" / "merging").glob("*.py"))
 
 
 # -- the checker, on made-up sources ------------------------------------------------------------

@@ -26,7 +26,6 @@ from arrowlake.io.storage import (
     split_scheme,
     storage_for,
 )
-from arrowlake.io.writer import WriteOptions
 from arrowlake.metastore.store import Metastore
 from arrowlake.schema import (
     assign_field_ids,
@@ -166,7 +165,6 @@ class Lake:
         primary_key = [primary_key] if isinstance(primary_key, str) else list(primary_key)
         _check_partition_by(schema, partition_by)
         props = {str(k): str(v) for k, v in (properties or {}).items()}
-        WriteOptions.from_properties(props)  # a malformed write property fails here, not later
         if primary_key or options:
             schema, buckets, props = validate_pk_options(schema, primary_key, partition_by,
                                                          buckets, props, options)

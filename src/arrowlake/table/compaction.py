@@ -1,18 +1,33 @@
 """Compaction of primary-key tables: merge a bucket's runs into one, so reads stop merging.
 
-``compact(full=True)`` merges every run of each bucket that has more than one (or whose only
-run still holds retractions). Without ``full`` a size-tiered policy picks, per bucket, the newest
-runs whose sizes are alike (each older run at most ``compaction.size-ratio`` times the newer ones
-together), or every run when a bucket has more than ``compaction.max-runs``. Only a contiguous
-range of the newest runs is ever picked, so the output's sequence range never straddles a run
-left out. A compaction that loses a race with another commit is dropped, never failed, and it
-never changes the table's contents.
+A bucket's runs are its files grouped by sequence range (a compaction's output may span several
+files; they share one range), oldest first. ``compact(full=True)`` merges every run of each
+bucket that has more than one (or whose only run still holds retractions). Otherwise runs are
+picked as in Paimon's universal compaction (:func:`pick_runs`), per bucket, always a contiguous
+range of the newest runs, so the output's sequence range never straddles a run left out:
+
+- size amplification: when the runs newer than the oldest hold more than
+  ``compaction.max-size-amplification-percent`` (default 200) of the oldest run's bytes, the
+  whole bucket is merged;
+- size ratio: otherwise, starting from the newest run, older runs are added while each is at
+  most ``compaction.size-ratio`` (default 1.5) times the runs picked so far together; a bucket
+  over ``compaction.max-runs`` (default 5) starts with enough of its newest runs to get back to
+  that many.
+
+A commit compacts the buckets it touched that hold more than ``compaction.max-runs`` runs
+(:func:`compact_if_needed`), within a budget of ``compaction.write-budget`` (default 5) times the
+bytes it wrote, so that no single write pays for rewriting the whole table: buckets with the most
+runs go first; one whose whole-bucket merge does not fit merges only its newer runs if that fits,
+else waits for a later write. The first bucket due is always compacted, budget or not.
+
+A compaction that loses a race with another commit is dropped, never failed, and it never
+changes the table's contents.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -24,7 +39,7 @@ from arrowlake.io.writer import DataFileWriter, FileTarget, WriteOptions
 from arrowlake.merge import ROW_KIND, SEQUENCE, Deduplicate, FirstRow
 from arrowlake.merge.runs import KIND_COLUMN, KIND_FIELD_ID, key_json, run_schema
 from arrowlake.metastore.store import NewFile, SnapshotChange
-from arrowlake.scan.planning import file_tasks, make_splits
+from arrowlake.scan.planning import TableView, file_tasks, make_splits
 from arrowlake.scan.read import bucket_groups, merge_bucket
 from arrowlake.scan.split import FileTask
 from arrowlake.table.writes import _discard
@@ -33,48 +48,103 @@ if TYPE_CHECKING:
     from arrowlake.table.table import Table
 
 
-@dataclass(frozen=True)
-class CompactionResult:
-    snapshot_id: int | None  # None: nothing to do, or the compaction lost a race (dropped)
-    buckets: int = 0
-    removed_files: int = 0
-    added_files: int = 0
-    dropped: bool = False
+# -- options --------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class CompactionOptions:
-    """The parsed ``compaction.*`` properties of a table."""
+    """The compaction knobs of a primary-key table (table properties, see the module doc)."""
 
-    max_runs: int = 5
-    size_ratio: float = 2.0
+    max_runs: int = 5  # compaction.max-runs: a commit compacts touched buckets with more runs
+    size_ratio: float = 1.5  # compaction.size-ratio: older run <= ratio x newer picked runs
+    max_size_amplification_percent: int = 200  # compaction.max-size-amplification-percent
+    write_budget: float = 5.0  # compaction.write-budget: bytes compacted per byte written
+
+
+def _property(props: Mapping[str, str], name: str, default: float, *, integer: bool,
+              minimum: float, above: bool, meaning: str) -> float:
+    value = props.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        number: float | None = int(value) if integer else float(value)
+    except ValueError:
+        number = None
+    if number is not None and (number != number or number in (float("inf"), float("-inf"))):
+        number = None
+    if number is None or number < minimum or (above and number == minimum):
+        kind = "an integer" if integer else "a number"
+        bound = f"{'>' if above else '>='} {minimum:g}"
+        raise ValidationError(
+            f"Table property '{name}' must be {kind} {bound} ({meaning}), not {value!r}")
+    return number
 
 
 def compaction_options(props: Mapping[str, str]) -> CompactionOptions:
-    """Parse and check the ``compaction.*`` properties (the one place that reads them).
+    """The compaction knobs in ``props``, defaults for those not set; a malformed one raises
+    :class:`~arrowlake.errors.ValidationError` naming the property."""
+    d = CompactionOptions()
+    return CompactionOptions(
+        max_runs=int(_property(
+            props, "compaction.max-runs", d.max_runs, integer=True, minimum=1, above=False,
+            meaning="a commit compacts a bucket holding more runs than this")),
+        size_ratio=_property(
+            props, "compaction.size-ratio", d.size_ratio, integer=False, minimum=1,
+            above=False, meaning="an older run joins a compaction when it is at most this many "
+                                 "times the newer runs picked"),
+        max_size_amplification_percent=int(_property(
+            props, "compaction.max-size-amplification-percent",
+            d.max_size_amplification_percent, integer=True, minimum=0, above=False,
+            meaning="a bucket is compacted whole when its newer runs exceed this percent of "
+                    "its oldest")),
+        write_budget=_property(
+            props, "compaction.write-budget", d.write_budget, integer=False, minimum=0,
+            above=True, meaning="a commit compacts at most this many times the bytes it "
+                                "wrote"),
+    )
 
-    Called when a table is created, when its properties are set, and by compaction; raises
-    :class:`ValidationError` naming a malformed property.
-    """
-    raw_runs = props.get("compaction.max-runs", "5")
-    try:
-        max_runs = int(str(raw_runs).strip())
-    except ValueError:
-        max_runs = 0
-    if max_runs < 1:
-        raise ValidationError(
-            f"Property 'compaction.max-runs' must be a positive integer (runs per bucket before "
-            f"a compaction merges them all), not {raw_runs!r}")
-    raw_ratio = props.get("compaction.size-ratio", "2.0")
-    try:
-        ratio = float(str(raw_ratio).strip())
-    except ValueError:
-        ratio = float("nan")
-    if not 0 < ratio < float("inf"):
-        raise ValidationError(
-            f"Property 'compaction.size-ratio' must be a finite number > 0 (how many times "
-            f"larger an older run may be than the newer ones it joins), not {raw_ratio!r}")
-    return CompactionOptions(max_runs, ratio)
+
+# -- picking runs ---------------------------------------------------------------------------------
+
+
+def pick_runs(sizes: Sequence[int], options: CompactionOptions, *,
+              keep_oldest: bool = False) -> int:
+    """How many of the newest runs to merge (0: none), for runs of ``sizes`` bytes, oldest
+    first. With ``keep_oldest`` the oldest run is left out (and with it size amplification)."""
+    n = len(sizes)
+    if n < 2:
+        return 0
+    if not keep_oldest and \
+            sum(sizes[1:]) * 100 > options.max_size_amplification_percent * sizes[0]:
+        return n
+    limit = n - 1 if keep_oldest else n
+    # Over max-runs: start with enough newest runs that merging them leaves max-runs.
+    count = min(max(1, n - options.max_runs + 1), limit)
+    size = sum(sizes[n - count:])
+    while count < limit and sizes[n - count - 1] <= size * options.size_ratio:
+        size += sizes[n - count - 1]
+        count += 1
+    return count if count >= 2 else 0
+
+
+# -- compacting -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CompactionResult:
+    """What a compaction committed. ``snapshot_id`` is None when there was nothing to do, or
+    when the compaction lost a race with another commit (``dropped``)."""
+
+    snapshot_id: int | None
+    buckets: int = 0
+    removed_files: int = 0
+    added_files: int = 0
+    dropped: bool = False
+    removed_bytes: int = 0  # the runs merged (what was read)
+    added_bytes: int = 0  # the runs written in their place (what was rewritten)
+
+
+Run = list[FileTask]  # one run of a bucket: the files of one sequence range
 
 
 def _has_retractions(task_stats: str) -> bool:
@@ -86,18 +156,59 @@ def _has_retractions(task_stats: str) -> bool:
         entry[0] == 1
 
 
-def _pick_tiered(runs: list[FileTask], max_runs: int, ratio: float) -> list[FileTask]:
-    """Newest-first contiguous runs to merge (runs sorted oldest first)."""
-    if len(runs) > max_runs:
-        return runs
-    picked: list[FileTask] = []
-    size = 0
-    for run in reversed(runs):
-        if picked and run.file_size > ratio * size:
-            break
-        picked.append(run)
-        size += run.file_size
-    return list(reversed(picked)) if len(picked) > 1 else []
+def _runs_of(group: list[FileTask]) -> list[Run]:
+    """A bucket's files as runs, oldest first. A run's files share one sequence range (one
+    commit, or one compaction's output), and live runs' ranges never overlap."""
+    runs: dict[tuple[int, int, int], Run] = {}
+    for f in group:
+        # A file without a sequence range (never written so) is a run of its own.
+        known = f.seq_min is not None and f.seq_max is not None
+        key = (f.seq_max or 0, f.seq_min or 0, -1 if known else f.file_id)
+        runs.setdefault(key, []).append(f)
+    return [runs[k] for k in sorted(runs)]
+
+
+def _size(run: Run) -> int:
+    return sum(f.file_size for f in run)
+
+
+@dataclass
+class _Plan:
+    """A snapshot's buckets as runs, and what compacting them needs to know."""
+
+    base: int
+    buckets: dict[tuple[int | None, int | None], list[Run]]
+    stats: dict[int, str]
+    view: TableView
+    # Merging only newer runs must leave rows that combine with the runs left out as the
+    # versions they replace would have. Newest (deduplicate) and oldest (first-row) always do.
+    # Partial-update and aggregation do in commit order: a retraction followed by additions
+    # becomes a RESTART row, a retraction last a -D row (or, for aggregation, an addition that
+    # carries the subtraction). Ordered by a sequence field, a merged row would take one
+    # sequence value for versions that older runs interleave with, so there a bucket is always
+    # compacted whole.
+    newer_runs_alone: bool
+    sequence_field: bool
+
+
+def _load(table: Table, base: int, files: pa.Table | None = None) -> _Plan:
+    view = table._view(base, current_schema=True)
+    if files is None:
+        files = table._metastore.live_files(table._record.table_id, base)
+    stats = dict(zip(files.column("file_id").to_pylist(), files.column("stats").to_pylist(),
+                     strict=True))
+    tasks = file_tasks(view, files)
+    buckets = {(g[0].partition_id, g[0].bucket): _runs_of(g) for g in bucket_groups(tasks)}
+    spec = table._merge_spec()
+    assert spec is not None
+    return _Plan(base, buckets, stats, view,
+                 isinstance(spec.engine, (Deduplicate, FirstRow)) or spec.sequence_field is None,
+                 spec.sequence_field is not None)
+
+
+def _count(plan: _Plan, runs: list[Run], options: CompactionOptions) -> int:
+    count = pick_runs([_size(r) for r in runs], options)
+    return len(runs) if count and not plan.newer_runs_alone else count
 
 
 def compact(table: Table, full: bool = False,
@@ -108,62 +219,98 @@ def compact(table: Table, full: bool = False,
     if base is None:
         return CompactionResult(None)
     options = compaction_options(table._record.properties)
-    max_runs, ratio = options.max_runs, options.size_ratio
-    view = table._view(base, current_schema=True)
-    files = table._metastore.live_files(table._record.table_id, base)
-    stats_by_id = dict(zip(files.column("file_id").to_pylist(),
-                           files.column("stats").to_pylist(), strict=True))
-    tasks = file_tasks(view, files)
+    plan = _load(table, base)
     wanted = set(only) if only is not None else None
-    # Merging only newer runs must leave rows that combine with the runs left out as the
-    # versions they replace would have. Newest (deduplicate) and oldest (first-row) always do.
-    # Partial-update and aggregation do in commit order: a retraction followed by additions
-    # becomes a RESTART row, a retraction last a -D row (or, for aggregation, an addition that
-    # carries the subtraction). Ordered by a sequence field, a merged row would take one
-    # sequence value for versions that older runs interleave with, so there a bucket is always
-    # compacted whole.
-    spec = table._merge_spec()
-    assert spec is not None
-    newer_runs_alone = isinstance(spec.engine, (Deduplicate, FirstRow)) or \
-        spec.sequence_field is None
-    plan: list[tuple[list[FileTask], bool]] = []  # (runs, includes the oldest run)
-    for group in bucket_groups(tasks):
-        if wanted is not None and (group[0].partition_id, group[0].bucket) not in wanted:
+    picks: list[tuple[list[Run], bool]] = []  # (runs, includes the oldest run)
+    for key, runs in plan.buckets.items():
+        if wanted is not None and key not in wanted:
             continue
-        runs = sorted(group, key=lambda f: (f.seq_max or 0, f.file_id))
         if full:
             # A lone run is rewritten only to drop its tombstones, which a table with a sequence
             # field keeps (see below).
-            pick = runs if len(runs) > 1 or (
-                spec.sequence_field is None and _has_retractions(stats_by_id[runs[0].file_id])
-            ) else []
+            count = len(runs) if len(runs) > 1 or (not plan.sequence_field and any(
+                _has_retractions(plan.stats[f.file_id]) for f in runs[0])) else 0
         else:
-            pick = _pick_tiered(runs, max_runs, ratio)
-            if pick and not newer_runs_alone:
-                pick = runs
-        if pick:
-            plan.append((pick, pick[0] is runs[0]))
-    if not plan:
+            count = _count(plan, runs, options)
+        if count:
+            picks.append((runs[len(runs) - count:], count == len(runs)))
+    return _commit(table, plan, picks)
+
+
+def compact_if_needed(table: Table, written: Sequence[NewFile]) -> CompactionResult | None:
+    """After a commit of the runs ``written``: compact the buckets it touched that now hold more
+    than ``compaction.max-runs`` runs, within the write's budget (see the module doc). None when
+    no bucket was due."""
+    options = compaction_options(table._record.properties)
+    base = table.current_snapshot_id
+    if base is None:
+        return None
+    paths = {path: pid for pid, path, _ in table._metastore.partitions(table._record.table_id)}
+    touched = {(paths.get(f.partition_path) if f.partition_path is not None else None,
+                f.bucket) for f in written}
+    # Count the touched buckets' runs before planning anything: most commits find none due.
+    files = table._metastore.live_files(
+        table._record.table_id, base,
+        partition_ids=None if None in {p for p, _ in touched} else sorted(
+            {p for p, _ in touched if p is not None}),
+        buckets=sorted({b for _, b in touched if b is not None}))
+    runs_in: dict[tuple[int | None, int | None], set[tuple[int | None, ...]]] = {}
+    for pid, bucket, lo, hi, fid in zip(*(files.column(c).to_pylist() for c in (
+            "partition_id", "bucket", "seq_min", "seq_max", "file_id")), strict=True):
+        runs_in.setdefault((pid, bucket), set()).add(
+            (lo, hi) if lo is not None and hi is not None else (fid,))
+    if not any(len(runs_in.get(key, ())) > options.max_runs for key in touched):
+        return None
+    plan = _load(table, base, files)
+    due = [runs for key, runs in plan.buckets.items()
+           if key in touched and len(runs) > options.max_runs]
+    if not due:
+        return None
+    # Buckets with the most runs first; among equals, the cheapest first.
+    choices = []
+    for runs in due:
+        count = _count(plan, runs, options)
+        cheaper = pick_runs([_size(r) for r in runs], options, keep_oldest=True) \
+            if count == len(runs) and plan.newer_runs_alone else 0
+        choices.append((runs, count, cheaper))
+    choices.sort(key=lambda c: (-len(c[0]), sum(_size(r) for r in c[0][len(c[0]) - c[1]:])))
+    budget = options.write_budget * sum(f.file_size for f in written)
+    picks: list[tuple[list[Run], bool]] = []
+    for runs, count, cheaper in choices:
+        for n in (count, cheaper):
+            cost = sum(_size(r) for r in runs[len(runs) - n:])
+            if n and (cost <= budget or not picks):
+                picks.append((runs[len(runs) - n:], n == len(runs)))
+                budget -= cost
+                break
+    return _commit(table, plan, picks)
+
+
+def _commit(table: Table, plan: _Plan, picks: list[tuple[list[Run], bool]]
+            ) -> CompactionResult:
+    """Merge each pick's runs into one run and commit them all as one snapshot."""
+    if not picks:
         return CompactionResult(None)
     merge = table._merge_spec()
-    columns = view.schema.names
+    columns = plan.view.schema.names
     added: list[NewFile] = []
+    inputs = [[f for run in runs for f in run] for runs, _ in picks]
     try:
-        for runs, includes_oldest in plan:
-            split = make_splits(view, runs, columns=columns, expr=AlwaysTrue(),
-                                target_bytes=1 << 62, merge=merge)[0]
+        for files, (_, includes_oldest) in zip(inputs, picks, strict=True):
+            split = make_splits(plan.view, files, columns=columns,
+                                expr=AlwaysTrue(), target_bytes=1 << 62, merge=merge)[0]
             # Tombstones may go once nothing older is left to hide, except with a sequence
             # field: a version written later with a smaller sequence value must stay hidden.
-            keep = not includes_oldest or spec.sequence_field is not None
-            merged = merge_bucket(split, runs, columns, AlwaysTrue(), keep_retractions=keep)
-            added += _write_compacted(table, merged, runs)
+            keep = not includes_oldest or plan.sequence_field
+            merged = merge_bucket(split, files, columns, AlwaysTrue(), keep_retractions=keep)
+            added += _write_compacted(table, merged, files)
+        removed = [f for files in inputs for f in files]
         change = SnapshotChange(
             kind="compact", schema_id=table._record.current_schema_id, add=added,
-            remove=[f.file_id for runs, _ in plan for f in runs],
-            removed_rows=sum(f.row_count for runs, _ in plan for f in runs),
-            summary={"buckets": len(plan)})
+            remove=[f.file_id for f in removed], removed_rows=sum(f.row_count for f in removed),
+            summary={"buckets": len(picks)})
         try:
-            result = table._metastore.commit(table._record.table_id, base, change)
+            result = table._metastore.commit(table._record.table_id, plan.base, change)
         except CommitConflict:
             # Another compaction (or a rewrite) took some of these runs first: drop this one.
             _discard(table, added)
@@ -171,7 +318,9 @@ def compact(table: Table, full: bool = False,
     except BaseException:
         _discard(table, added)
         raise
-    return CompactionResult(result.snapshot_id, len(plan), len(change.remove), len(added))
+    return CompactionResult(result.snapshot_id, len(picks), len(removed), len(added),
+                            removed_bytes=sum(f.file_size for f in removed),
+                            added_bytes=sum(f.file_size for f in added))
 
 
 def _write_compacted(table: Table, merged: pa.Table, runs: list[FileTask]) -> list[NewFile]:
@@ -213,20 +362,3 @@ def _partition_of(table: Table, partition_id: int | None) -> tuple[str | None, s
         if pid == partition_id:
             return path, values
     return None, None
-
-
-def compact_if_needed(table: Table, touched: set[tuple[str | None, int | None]]) -> None:
-    """After a commit: compact the touched buckets that now hold too many runs."""
-    max_runs = compaction_options(table._record.properties).max_runs
-    files = table._metastore.live_files(table._record.table_id, table.current_snapshot_id)
-    if files.num_rows == 0:
-        return
-    paths = {path: pid for pid, path, _ in table._metastore.partitions(table._record.table_id)}
-    wanted = {(paths.get(p) if p is not None else None, b) for p, b in touched}
-    counts: dict[tuple[int | None, int | None], int] = {}
-    for pid, bucket in zip(files.column("partition_id").to_pylist(),
-                           files.column("bucket").to_pylist(), strict=True):
-        counts[(pid, bucket)] = counts.get((pid, bucket), 0) + 1
-    over = {k for k in wanted if counts.get(k, 0) > max_runs}
-    if over:
-        compact(table, full=False, only=over)

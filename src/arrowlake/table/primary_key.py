@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -372,11 +373,13 @@ def commit_rows(table: Table, rows: pa.Table, kind: str, *, commit_id: str | Non
                           on_rebase=on_rebase)
     if result.snapshot_id is not None and not result.duplicate:
         try:
-            compact_if_needed(table, {(f.partition_path, f.bucket) for f in files})
+            compacted = compact_if_needed(table, files)
         except Exception as exc:  # the write landed: it must not look failed to the caller
             _log.warning("Snapshot %s of %s committed, but compacting after it failed (the "
                          "next write or compact() retries): %s", result.snapshot_id,
                          table.name, exc)
+            compacted = None
+        return replace(result, compaction=compacted)
     return result
 
 
@@ -551,7 +554,6 @@ def delete_keys(table: Table, expr: Any, *, commit_id: str | None = None) -> Wri
     committed since may hold one of them (:func:`conflict_on_touched_keys`), and the delete is
     then planned again on the newer snapshot, up to :data:`REPLAN_ATTEMPTS` times.
     """
-    from dataclasses import replace
 
     check_deletes_supported(table, "delete()")
     for attempt in range(REPLAN_ATTEMPTS):

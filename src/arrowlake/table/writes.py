@@ -26,6 +26,7 @@ from arrowlake.schema import conform
 from arrowlake.table.inputs import batch_stream
 
 if TYPE_CHECKING:
+    from arrowlake.table.compaction import CompactionResult
     from arrowlake.table.table import Table
 
 
@@ -41,6 +42,9 @@ class WriteResult:
     removed_rows: int = 0
     attempts: int = 0
     duplicate: bool = False  # the commit id had been committed before; nothing new was written
+    # The compaction this write triggered and committed after its own snapshot (primary-key
+    # tables, see arrowlake.table.compaction); None when no bucket it touched was due.
+    compaction: CompactionResult | None = None
 
 
 def conformed(table: Table, data: Any, schema: pa.Schema, *, check: Expr | None = None,
