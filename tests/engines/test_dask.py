@@ -76,3 +76,13 @@ def test_to_dask_without_dask_names_the_extra(sqlite_lake, monkeypatch):
     with pytest.raises(MissingDependency, match=r"arrowlake\[dask\]"):
         table.scan().to_dask()
     assert isinstance(al.dask, type(sys))  # importing arrowlake never needs dask
+
+
+def test_to_dask_keeps_dates_as_dates(sqlite_lake, dask_client):
+    # pandas holds dates as Python objects, which Dask would turn into strings.
+    table = fill_append_table(sqlite_lake, commits=2)
+    ddf = table.scan(columns=["id", "day"]).to_dask()
+    got = _computed(ddf, dask_client)
+    assert str(got["day"].dtype) == "date32[day][pyarrow]"
+    expected = table.scan(columns=["id", "day"]).to_arrow().sort_by("id")
+    assert got["day"].tolist() == expected["day"].to_pylist()
