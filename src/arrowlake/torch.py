@@ -13,10 +13,12 @@ the same order in every process), then dealt out to the ``world_size * num_worke
 together they read every row once per epoch. The rank and world size come from
 ``torch.distributed`` when it is initialised, or are given.
 
-Epochs: call :meth:`set_epoch` at the start of each epoch (as with ``DistributedSampler``); a
-dataset iterated in one process (``num_workers=0``, or persistent workers) also advances its
-epoch by itself on every new iteration. With ``seed`` given, every epoch's order is
-reproducible; without it, a seed is drawn once when the dataset is made.
+Epochs: call :meth:`set_epoch` at the start of each epoch (as with ``DistributedSampler``):
+then each epoch's order depends only on ``seed`` and the epoch, and is reproducible. Without
+it, every iteration still gets a new order (from the DataLoader's per-epoch base seed, so
+reproducible only when torch's RNG is seeded too); with several ranks, whose DataLoaders draw
+different base seeds, only ``set_epoch`` reshuffles between epochs. Without ``seed``, one is
+drawn when the dataset is made (several ranks must pass the same ``seed``).
 
 Rows are shuffled within each reader's share with a buffer of ``shuffle_buffer`` rows (0: rows
 keep the order of their split). Tensors share Arrow's memory where Arrow allows it (numeric
@@ -232,17 +234,27 @@ class SplitDataset:
         self.epoch = int(epoch)
         self._epoch_set = True
 
-    def _this_epoch(self) -> int:
+    def _this_epoch(self, loader_seed: int | None) -> tuple[int, ...]:
+        """What this iteration's order of splits is drawn from, besides ``seed``.
+
+        After :meth:`set_epoch`: the epoch. Otherwise the iterations of this copy of the
+        dataset are counted (a dataset iterated in one process, or by persistent workers), and
+        in DataLoader workers of a single rank the DataLoader's base seed, which it draws anew
+        for every epoch and which all its workers share, is mixed in: epochs differ even when
+        the workers are new processes each epoch (reproducible when torch's RNG is seeded).
+        """
         if self._epoch_set:
-            return self.epoch
-        epoch = self.epoch + self._iterations
+            return (self.epoch,)
+        iteration = self._iterations
         self._iterations += 1
-        return epoch
+        if loader_seed is not None and self.world_size == 1:
+            return (self.epoch + iteration, loader_seed)
+        return (self.epoch + iteration,)
 
     def _reader(self, worker: int, workers: int) -> tuple[int, int]:
         return self.rank * workers + worker, self.world_size * workers
 
-    def splits_of(self, reader: int, readers: int, epoch: int) -> Iterator[SplitLike]:
+    def splits_of(self, reader: int, readers: int, epoch: tuple[int, ...]) -> Iterator[SplitLike]:
         """The splits reader ``reader`` of ``readers`` reads in ``epoch``."""
         if callable(self.source):
             # An unbounded sequence (a stream): split k goes to reader k mod readers.
@@ -253,24 +265,26 @@ class SplitDataset:
         splits = list(self.source)
         order = np.arange(len(splits))
         if self.shuffle:
-            order = np.random.default_rng([self.seed or 0, epoch]).permutation(len(splits))
+            order = np.random.default_rng([self.seed or 0, *epoch]).permutation(len(splits))
         shares = deal([splits[i].row_count for i in order], readers)
         for i in shares[reader]:
             yield splits[int(order[i])]
 
-    def batches(self, worker: int = 0, workers: int = 1) -> Iterator[pa.RecordBatch]:
+    def batches(self, worker: int = 0, workers: int = 1, loader_seed: int | None = None
+                ) -> Iterator[pa.RecordBatch]:
         """This worker's batches of the next epoch, as Arrow record batches."""
-        epoch = self._this_epoch()
+        epoch = self._this_epoch(loader_seed)
         reader, readers = self._reader(worker, workers)
         parts: Iterable[pa.RecordBatch | pa.Table] = (
             b for split in self.splits_of(reader, readers, epoch) for b in split.to_batches())
         if self.shuffle_buffer:
-            rng = np.random.default_rng([self.seed or 0, epoch, reader, 1])
+            rng = np.random.default_rng([self.seed or 0, *epoch, reader, 1])
             parts = shuffled(parts, self.schema, self.shuffle_buffer, rng)
         return rebatch(parts, self.schema, self.batch_size, self.drop_last)
 
-    def items(self, worker: int = 0, workers: int = 1) -> Iterator[Any]:
-        batches = self.batches(worker, workers)
+    def items(self, worker: int = 0, workers: int = 1, loader_seed: int | None = None
+              ) -> Iterator[Any]:
+        batches = self.batches(worker, workers, loader_seed)
         if self.output == "arrow":
             return batches
         return (to_tensors(b) for b in batches)
@@ -304,7 +318,8 @@ def _torch_dataset_class() -> type:
             info = torch.utils.data.get_worker_info()
             if info is None:
                 return self.reading.items()
-            return self.reading.items(info.id, info.num_workers)
+            # Every worker's seed is the DataLoader's base seed (new each epoch) plus its id.
+            return self.reading.items(info.id, info.num_workers, info.seed - info.id)
 
         def __reduce__(self) -> tuple[Any, ...]:
             return (_rebuild, (self.reading,))

@@ -68,6 +68,17 @@ def test_a_dataset_used_in_one_process_reshuffles_every_epoch(sqlite_lake):
     assert not np.array_equal(first, second)
 
 
+def test_without_set_epoch_a_dataloader_still_reshuffles_every_epoch(sqlite_lake):
+    table = fill_append_table(sqlite_lake, commits=6, rows=100)
+    ds = table.scan(columns=["id"]).to_torch(batch_size=50, seed=3, split_bytes=1)
+    torch.manual_seed(0)
+    first, second = _ids(ds, workers=2), _ids(ds, workers=2)  # new worker processes each time
+    assert sorted(first) == sorted(second) == list(range(table.count()))
+    assert not np.array_equal(first, second)
+    torch.manual_seed(0)  # the DataLoader's base seeds repeat, and with them the epochs
+    assert np.array_equal(_ids(ds, workers=2), first)
+
+
 def test_primary_key_tables_are_read_merged(sqlite_lake):
     table = fill_pk_table(sqlite_lake)
     expected = table.scan(columns=["id", "y"]).to_arrow().sort_by("id")
