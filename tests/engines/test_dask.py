@@ -11,6 +11,7 @@ import pytest
 
 import arrowlake as al
 from arrowlake.errors import MissingDependency
+from tests.conftest import make_lake
 from tests.engines.conftest import fill_append_table, fill_pk_table
 
 
@@ -48,8 +49,12 @@ def test_to_dask_aggregates_like_arrow(sqlite_lake, dask_client):
     assert sums.to_dict() == pytest.approx(expected.to_dict())
 
 
-def test_to_dask_merges_primary_key_tables(sqlite_lake, dask_client):
-    table = fill_pk_table(sqlite_lake)
+@pytest.mark.parametrize("kind", ["sqlite", "postgres-s3"])
+def test_to_dask_merges_primary_key_tables(kind, tmp_path, request, dask_client):
+    # postgres-s3: the splits carry S3 storage options to the workers.
+    lake = make_lake(kind, tmp_path, request)
+    request.addfinalizer(lake.close)
+    table = fill_pk_table(lake)
     scan = table.scan(filter="x >= 100", columns=["id", "y", "x"])
     ddf = scan.to_dask(split_bytes=1)
     assert ddf.npartitions > 1
