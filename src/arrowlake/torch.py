@@ -41,7 +41,8 @@ from arrowlake.errors import ValidationError, require
 from arrowlake.scan.adapters import register_adapter
 from arrowlake.scan.scan import Scan
 
-__all__ = ["OUTPUTS", "SplitDataset", "dataset"]
+__all__ = ["OUTPUTS", "SplitDataset", "StreamSplits", "dataset", "scan_dataset",
+           "stream_dataset"]
 
 OUTPUTS = ("torch", "arrow")
 
@@ -378,6 +379,36 @@ def scan_dataset(scan: Scan, *, split_bytes: int | None = None, **options: Any) 
     return dataset(scan.plan(split_bytes), scan.schema, **options)
 
 
+class StreamSplits:
+    """The splits of a stream's changes as they come: the source of :meth:`Stream.to_torch`.
+
+    Every DataLoader worker iterates its own copy of the stream (forked, or unpickled), from
+    the same position with the same options, so all of them see the same changes in the same
+    order and each keeps every ``readers``-th split. Copies do not read changes ahead (each
+    reads only its share) and never commit a consumer's progress.
+    """
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+
+    def __call__(self) -> Iterator[SplitLike]:
+        stream = self.stream
+        if hasattr(stream, "_prefetch"):
+            stream._prefetch = False  # read-ahead would read every other worker's share too
+        for change in stream:
+            yield from change.splits
+
+
+def stream_dataset(stream: Any, **options: Any) -> Any:
+    """:meth:`Stream.to_torch`: the stream's changes, split by split, as a dataset that never
+    ends (unless the stream stops at the latest snapshot). Splits are shared out in the order
+    they come (``shuffle`` and ``set_epoch`` do not apply); ``shuffle_buffer`` still mixes rows.
+    """
+    require("torch", "torch", "Stream.to_torch()")
+    options["shuffle"] = False
+    return dataset(StreamSplits(stream), stream.schema, **options)
+
+
 def __getattr__(name: str) -> Any:
     if name == "TorchDataset":  # the class, for isinstance checks and pickling by name
         return _torch_dataset_class()
@@ -385,3 +416,4 @@ def __getattr__(name: str) -> Any:
 
 
 register_adapter("torch.scan", scan_dataset)
+register_adapter("torch.stream", stream_dataset)

@@ -79,6 +79,31 @@ def test_without_set_epoch_a_dataloader_still_reshuffles_every_epoch(sqlite_lake
     assert np.array_equal(_ids(ds, workers=2), first)
 
 
+def test_a_source_of_splits_as_they_come_is_shared_out_in_arrival_order(sqlite_lake):
+    """What Stream.to_torch builds on: every reader keeps every n-th split that arrives."""
+    table = fill_append_table(sqlite_lake, commits=9, rows=120)
+    snapshots = table.snapshots()["snapshot_id"].to_pylist()
+
+    def changes():  # the rows each commit added, split by split, like a stream's changes
+        before: set[int] = set()
+        for snapshot in snapshots:
+            scan = table.scan(columns=["id"], snapshot=snapshot)
+            for split in scan.plan(1):
+                ids = frozenset(f.file_id for f in split.files)
+                if not ids <= before:
+                    before |= ids
+                    yield split
+
+    seen = []
+    for rank in range(RANKS):
+        ds = al.torch.dataset(changes, table.scan(columns=["id"]).schema, batch_size=32,
+                              shuffle=False, rank=rank, world_size=RANKS, seed=1)
+        seen.append(_ids(ds, workers=2))
+    everything = np.concatenate(seen)
+    assert np.array_equal(np.sort(everything), np.arange(table.count()))
+    assert not set(seen[0]) & set(seen[1])
+
+
 def test_primary_key_tables_are_read_merged(sqlite_lake):
     table = fill_pk_table(sqlite_lake)
     expected = table.scan(columns=["id", "y"]).to_arrow().sort_by("id")
