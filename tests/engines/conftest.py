@@ -60,7 +60,7 @@ def dask_client() -> Iterator[object]:
     import distributed  # the dask extra (in dev)
 
     cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                       dashboard_address=None, silence_logs=40)
+                                       dashboard_address=":0", silence_logs=40)
     client = distributed.Client(cluster)
     yield client
     client.close()
