@@ -19,6 +19,7 @@ from arrowlake.errors import (
 from arrowlake.expressions import col, lit, parse_filter
 from arrowlake.lake import Lake, connect
 from arrowlake.scan.scan import Scan
+from arrowlake.streaming import Change, Stream
 from arrowlake.table.table import Table
 from arrowlake.table.writes import WriteResult
 
@@ -26,12 +27,14 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ArrowlakeError",
+    "Change",
     "ColumnNotFound",
     "CommitConflict",
     "FilterSyntaxError",
     "Lake",
     "Scan",
     "SchemaMismatch",
+    "Stream",
     "Table",
     "TableNotFound",
     "ValidationError",

@@ -11,10 +11,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 import sqlalchemy as sa
 
 import arrowlake as al
 from arrowlake.metastore import tables as t
+from tests.conftest import METASTORES, make_lake
 
 V1_SQLITE_DDL = (Path(__file__).parent / "schema_v1_sqlite.sql").read_text()
 
@@ -63,6 +65,8 @@ def _sqlite_v1_lake(tmp_path: Path) -> tuple[Path, datetime, list[int], list[int
     con.execute("ATTACH DATABASE ? AS cur", (str(db),))
     for table in t.metadata.sorted_tables:
         cols = [c[1] for c in con.execute(f"PRAGMA main.table_info({table.name})")]
+        if not cols:  # a table added after version 1
+            continue
         names = ", ".join(f'"{c}"' for c in cols)
         con.execute(f"INSERT INTO main.{table.name} ({names}) SELECT {names} "
                     f"FROM cur.{table.name}")
@@ -128,6 +132,29 @@ def test_postgres_v1_database_is_upgraded(pg_server, tmp_path):
             "WHERE table_name = 'al_snapshots'")}
         assert {"write_token", "superseded_at"} <= cols
     engine.dispose()
+    lake.close()
+
+
+@pytest.mark.parametrize("kind", METASTORES)
+def test_version_2_database_gets_the_consumers_table(kind, tmp_path, request):
+    lake = make_lake(kind, tmp_path, request)
+    table = lake.create_table("s.t", pa.schema([("x", pa.int64())]))
+    table.append({"x": [1]})
+    url = lake.metastore.url
+    warehouse = lake.warehouse
+    engine = lake.metastore.engine
+    with engine.begin() as conn:  # back to the version-2 tables
+        conn.exec_driver_sql("DROP TABLE al_consumers")
+        conn.exec_driver_sql("UPDATE al_meta SET value = '2' WHERE key = 'version'")
+    lake.close()
+    lake = al.connect(url, warehouse=warehouse)
+    with lake.metastore.engine.connect() as conn:
+        assert conn.exec_driver_sql("SELECT value FROM al_meta").scalar_one() == "3"
+    table = lake.table("s.t")
+    with table.stream(consumer="c", stop_at_latest=True) as stream:
+        [change] = list(stream)
+        stream.commit(change.snapshot_id)
+    assert table.consumers().column("next_snapshot").to_pylist() == [2]
     lake.close()
 
 

@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TextIO
 
-from arrowlake.cli import commands
+from arrowlake.cli import commands, tail
 from arrowlake.cli.commands import Output, parse_duration, split_list
 from arrowlake.cli.formats import FORMATS
 from arrowlake.errors import ArrowlakeError, NotFound
@@ -125,6 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="expire only snapshots older than this (default: any age)")
     p.add_argument("--retain-last", type=_positive_int, default=1, metavar="N",
                    help="always keep the N newest snapshots (default: 1)")
+
+    tail.add_parser(add)
 
     p = add("orphans", commands.cmd_orphans,
             "find (and with --delete remove) files under a table no snapshot references")

@@ -38,6 +38,7 @@ from arrowlake.errors import (
     TagNotFound,
     ValidationError,
 )
+from arrowlake.metastore import signals
 from arrowlake.metastore import tables as t
 
 
@@ -134,6 +135,10 @@ class SnapshotChange:
     # Called inside the transaction when other commits landed after ``base``; gets the files they
     # added and raises CommitConflict if this change can no longer be applied on top of them.
     on_rebase: Callable[[pa.Table], None] | None = None
+    # Changelog files of primary-key tables (changelog producers ``input`` and ``lookup``):
+    # recorded with content ``changelog`` and read by this snapshot only, so they are never
+    # part of a table's live files and expire with the snapshot that wrote them.
+    changelog: Sequence[NewFile] = ()
 
 
 FILE_COLUMNS = (
@@ -419,6 +424,10 @@ class Metastore:
                 return  # another process upgraded it meanwhile
             if version == 1:
                 self._migrate_1_to_2(conn)
+            if version <= 2:
+                # Version 3 only adds a table (``create_all`` made it already, unless another
+                # process raced this one): nothing else changes.
+                t.consumers.create(conn, checkfirst=True)
             conn.execute(t.meta_info.update().where(t.meta_info.c.key == "version")
                          .values(value=str(t.SCHEMA_VERSION)))
 
@@ -609,7 +618,7 @@ class Metastore:
     def drop_table(self, table_id: int) -> None:
         with self._write() as conn:
             self._lock_table(conn, table_id)
-            for tbl in (t.files, t.partitions, t.tags, t.snapshots, t.schemas):
+            for tbl in (t.files, t.partitions, t.tags, t.consumers, t.snapshots, t.schemas):
                 conn.execute(tbl.delete().where(tbl.c.table_id == table_id))
             conn.execute(t.tables.delete().where(t.tables.c.table_id == table_id))
         # Ids are never reused, so no other table can hit these entries; free them anyway.
@@ -808,7 +817,8 @@ class Metastore:
         c = t.files.c
         query = sa.select(*[c[n] for n in FILE_COLUMNS]).where(
             (c.table_id == table_id) & (c.added_snapshot <= snapshot_id)
-            & ((c.removed_snapshot.is_(None)) | (c.removed_snapshot > snapshot_id)))
+            & ((c.removed_snapshot.is_(None)) | (c.removed_snapshot > snapshot_id))
+            & (c.content == "data"))
         if partition_ids is not None:
             if not partition_ids:
                 return FILE_SCHEMA.empty_table()
@@ -824,7 +834,7 @@ class Metastore:
         """Files added by snapshots in ``(after, upto]``, removed since or not."""
         c = t.files.c
         query = sa.select(*[c[n] for n in FILE_COLUMNS]).where(
-            (c.table_id == table_id) & (c.added_snapshot <= upto))
+            (c.table_id == table_id) & (c.added_snapshot <= upto) & (c.content == "data"))
         if after is not None:
             query = query.where(c.added_snapshot > after)
         if conn is None:
@@ -868,6 +878,12 @@ class Metastore:
                 with self._write() as conn:
                     result = self._commit_once(conn, table_id, base_snapshot_id, change, token,
                                                attempts > 1)
+                    if self.dialect == "postgresql" and not result[1]:
+                        # Delivered at COMMIT, to streams in every process (signals.listen).
+                        conn.execute(sa.select(sa.func.pg_notify(signals.CHANNEL,
+                                                                 str(table_id))))
+                if not result[1]:
+                    signals.publish(self.url, table_id)
                 return CommitResult(result[0], attempts, result[1])
             except CommitConflict:
                 raise
@@ -935,7 +951,7 @@ class Metastore:
                     f"Another commit removed {len(change.remove) - res.rowcount} of the files "
                     f"this {change.kind} read; the table is unchanged. Retry the {change.kind} "
                     "on the current snapshot.")
-        partition_ids = self._partition_ids(conn, table_id, change.add)
+        partition_ids = self._partition_ids(conn, table_id, [*change.add, *change.changelog])
         if change.add:
             conn.execute(t.files.insert(), [
                 dict(table_id=table_id, path=f.path, partition_id=partition_ids.get(
@@ -948,6 +964,14 @@ class Metastore:
                     seq_min=new_id if f.seq_min is None else f.seq_min,
                     seq_max=new_id if f.seq_max is None else f.seq_max)
                 for f in change.add])
+        if change.changelog:
+            conn.execute(t.files.insert(), [
+                dict(table_id=table_id, path=f.path, partition_id=partition_ids.get(
+                    f.partition_path), bucket=f.bucket, added_snapshot=new_id,
+                    removed_snapshot=new_id + 1, schema_id=f.schema_id, row_count=f.row_count,
+                    file_size=f.file_size, content="changelog", stats=f.stats,
+                    key_min=f.key_min, key_max=f.key_max, seq_min=new_id, seq_max=new_id)
+                for f in change.changelog])
         totals = (0, 0)
         committed_at = now_ms()
         if current is not None:
@@ -998,6 +1022,108 @@ class Metastore:
             ids[path] = int(conn.execute(t.partitions.insert().values(
                 table_id=table_id, path=path, partition_values=wanted[path]
             )).inserted_primary_key[0])  # type: ignore[index]
+        return ids
+
+    # -- streams -------------------------------------------------------------------------------
+
+    _STREAM_SNAPSHOT_COLUMNS = ("snapshot_id", "parent_id", "kind", "committed_at",
+                                "schema_id", "added_files", "removed_files", "summary")
+
+    def snapshots_after(self, table_id: int, after: int | None, limit: int = 1000,
+                        upto: int | None = None) -> list[dict[str, Any]]:
+        """Retained snapshots with ids in ``(after, upto]``, oldest first, at most ``limit``.
+
+        One range scan of the snapshots' primary key: what a stream's poll costs. Snapshot ids
+        become visible in commit order (commits of one table are serialized by its row lock),
+        so a poll never sees a snapshot before an older one.
+        """
+        s = t.snapshots.c
+        query = sa.select(*[s[c] for c in self._STREAM_SNAPSHOT_COLUMNS]).where(
+            s.table_id == table_id)
+        if after is not None:
+            query = query.where(s.snapshot_id > after)
+        if upto is not None:
+            query = query.where(s.snapshot_id <= upto)
+        with self._read() as conn:
+            rows = conn.execute(query.order_by(s.snapshot_id).limit(limit)).all()
+        return [dict(r._mapping) for r in rows]
+
+    def earliest_snapshot_id(self, table_id: int) -> int | None:
+        with self._read() as conn:
+            value = conn.execute(sa.select(sa.func.min(t.snapshots.c.snapshot_id)).where(
+                t.snapshots.c.table_id == table_id)).scalar_one()
+        return None if value is None else int(value)
+
+    def files_changed(self, table_id: int, after: int, upto: int) -> tuple[pa.Table, pa.Table]:
+        """Files added (data and changelog files: see ``content``), and data files removed, by
+        the snapshots in ``(after, upto]`` (two indexed range queries)."""
+        c = t.files.c
+        cols = [c[n] for n in FILE_COLUMNS]
+        in_table = c.table_id == table_id
+        with self._read() as conn:
+            added = conn.execute(sa.select(*cols).where(
+                in_table & (c.added_snapshot > after) & (c.added_snapshot <= upto))
+                .order_by(c.file_id)).all()
+            removed = conn.execute(sa.select(*cols).where(
+                in_table & (c.removed_snapshot > after) & (c.removed_snapshot <= upto)
+                & (c.content == "data")).order_by(c.file_id)).all()
+        return _rows_to_table(added, FILE_SCHEMA), _rows_to_table(removed, FILE_SCHEMA)
+
+    def consumer_next_snapshot(self, table_id: int, consumer_id: str) -> int | None:
+        """Where consumer ``consumer_id`` resumes (its first unprocessed snapshot), or None."""
+        c = t.consumers.c
+        with self._read() as conn:
+            row = conn.execute(sa.select(c.next_snapshot).where(
+                (c.table_id == table_id) & (c.consumer_id == consumer_id))).first()
+        return None if row is None else int(row[0])
+
+    def commit_consumer(self, table_id: int, consumer_id: str, next_snapshot: int) -> None:
+        """Record, in one transaction, that ``consumer_id`` resumes at ``next_snapshot``."""
+        check_name("consumer", consumer_id)
+        c = t.consumers.c
+        with self._write() as conn:
+            self._lock_table(conn, table_id)
+            now = now_ms()
+            res = conn.execute(t.consumers.update().where(
+                (c.table_id == table_id) & (c.consumer_id == consumer_id)
+            ).values(next_snapshot=next_snapshot, committed_at=now))
+            if res.rowcount == 0:
+                # The table row lock serializes this with every other consumer commit of the
+                # table, so no concurrent insert of the same id can slip in between.
+                conn.execute(t.consumers.insert().values(
+                    table_id=table_id, consumer_id=consumer_id, next_snapshot=next_snapshot,
+                    committed_at=now))
+
+    def consumers(self, table_id: int) -> pa.Table:
+        """``consumer``, ``next_snapshot``, ``committed_at`` (UTC) per consumer, by id."""
+        c = t.consumers.c
+        with self._read() as conn:
+            rows = conn.execute(sa.select(c.consumer_id, c.next_snapshot, c.committed_at)
+                                .where(c.table_id == table_id).order_by(c.consumer_id)).all()
+        table = _rows_to_table(rows, pa.schema([
+            ("consumer", pa.string()), ("next_snapshot", pa.int64()),
+            ("committed_at", pa.int64())]))
+        committed = table.column("committed_at").cast(pa.timestamp("ms", tz="UTC"))
+        return table.set_column(2, pa.field("committed_at", committed.type), committed)
+
+    def drop_consumer(self, table_id: int, consumer_id: str) -> bool:
+        """Forget a consumer; whether it existed."""
+        c = t.consumers.c
+        with self._write() as conn:
+            self._lock_table(conn, table_id)
+            res = conn.execute(t.consumers.delete().where(
+                (c.table_id == table_id) & (c.consumer_id == consumer_id)))
+        return bool(res.rowcount)
+
+    def expire_consumers(self, table_id: int, committed_before_ms: int) -> list[str]:
+        """Drop the consumers whose last commit is older than ``committed_before_ms``."""
+        c = t.consumers.c
+        stale = (c.table_id == table_id) & (c.committed_at < committed_before_ms)
+        with self._write() as conn:
+            self._lock_table(conn, table_id)
+            ids = [r[0] for r in conn.execute(sa.select(c.consumer_id).where(stale))]
+            if ids:
+                conn.execute(t.consumers.delete().where(stale))
         return ids
 
     # -- maintenance ---------------------------------------------------------------------------

@@ -25,8 +25,8 @@ from sqlalchemy import (
 #: Bumped whenever the tables below change; ``Metastore`` brings older databases forward.
 #: Version 2: table, partition and file ids are never reused (SQLite AUTOINCREMENT; PostgreSQL
 #: sequences never reused them), and snapshots record their write token and when they stopped
-#: being current.
-SCHEMA_VERSION = 2
+#: being current. Version 3: streaming consumers' progress (``al_consumers``).
+SCHEMA_VERSION = 3
 
 metadata = MetaData()
 
@@ -157,5 +157,17 @@ tags = Table(
     Column("snapshot_id", BigInteger, nullable=False),
     Column("created_at", BigInteger, nullable=False),
     PrimaryKeyConstraint("table_id", "name"),
+    ForeignKeyConstraint(["table_id"], ["al_tables.table_id"], ondelete="CASCADE"),
+)
+
+consumers = Table(
+    "al_consumers",
+    metadata,
+    Column("table_id", Integer, nullable=False),
+    Column("consumer_id", String(255), nullable=False),
+    # The first snapshot the consumer has not processed yet: a restarted stream resumes there.
+    Column("next_snapshot", BigInteger, nullable=False),
+    Column("committed_at", BigInteger, nullable=False),  # epoch ms of the last progress commit
+    PrimaryKeyConstraint("table_id", "consumer_id"),
     ForeignKeyConstraint(["table_id"], ["al_tables.table_id"], ondelete="CASCADE"),
 )

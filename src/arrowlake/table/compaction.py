@@ -42,6 +42,7 @@ from arrowlake.metastore.store import NewFile, SnapshotChange
 from arrowlake.scan.planning import TableView, file_tasks, make_splits
 from arrowlake.scan.read import bucket_groups, merge_bucket
 from arrowlake.scan.split import FileTask
+from arrowlake.table import changelog
 from arrowlake.table.writes import _discard
 
 if TYPE_CHECKING:
@@ -234,7 +235,11 @@ def compact(table: Table, full: bool = False,
             count = _count(plan, runs, options)
         if count:
             picks.append((runs[len(runs) - count:], count == len(runs)))
-    return _commit(table, plan, picks)
+    log: tuple[list[NewFile], dict[str, str]] = ([], {})
+    if full and changelog.changelog_producer(table) == "full-compaction":
+        # The difference from the previous full compaction, committed with this one.
+        log = changelog.full_compaction_changelog(table, base)
+    return _commit(table, plan, picks, log)
 
 
 def compact_if_needed(table: Table, written: Sequence[NewFile]) -> CompactionResult | None:
@@ -286,10 +291,12 @@ def compact_if_needed(table: Table, written: Sequence[NewFile]) -> CompactionRes
     return _commit(table, plan, picks)
 
 
-def _commit(table: Table, plan: _Plan, picks: list[tuple[list[Run], bool]]
-            ) -> CompactionResult:
-    """Merge each pick's runs into one run and commit them all as one snapshot."""
-    if not picks:
+def _commit(table: Table, plan: _Plan, picks: list[tuple[list[Run], bool]],
+            log: tuple[list[NewFile], dict[str, str]] = ([], {})) -> CompactionResult:
+    """Merge each pick's runs into one run and commit them all as one snapshot, with the
+    changelog files ``log`` (and their summary entries) of a full-compaction table."""
+    log_files, log_summary = log
+    if not picks and not log_files:
         return CompactionResult(None)
     merge = table._merge_spec()
     columns = plan.view.schema.names
@@ -308,15 +315,15 @@ def _commit(table: Table, plan: _Plan, picks: list[tuple[list[Run], bool]]
         change = SnapshotChange(
             kind="compact", schema_id=table._record.current_schema_id, add=added,
             remove=[f.file_id for f in removed], removed_rows=sum(f.row_count for f in removed),
-            summary={"buckets": len(picks)})
+            summary={"buckets": len(picks), **log_summary}, changelog=log_files)
         try:
             result = table._metastore.commit(table._record.table_id, plan.base, change)
         except CommitConflict:
             # Another compaction (or a rewrite) took some of these runs first: drop this one.
-            _discard(table, added)
+            _discard(table, [*added, *log_files])
             return CompactionResult(None, dropped=True)
     except BaseException:
-        _discard(table, added)
+        _discard(table, [*added, *log_files])
         raise
     return CompactionResult(result.snapshot_id, len(picks), len(removed), len(added),
                             removed_bytes=sum(f.file_size for f in removed),

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -12,6 +13,7 @@ import pyarrow.compute as pc
 from arrowlake.errors import ValidationError
 from arrowlake.io.storage import FileInfo, Storage, is_within, normalize_location
 from arrowlake.metastore.store import Metastore
+from arrowlake.table import changelog
 
 if TYPE_CHECKING:
     from arrowlake.table.table import Table
@@ -21,6 +23,46 @@ if TYPE_CHECKING:
 class ExpireResult:
     expired_snapshots: list[int]
     deleted_files: list[str]
+    #: Snapshots that would have expired but were kept for a stream consumer, per consumer.
+    kept_for_consumers: dict[str, list[int]] = field(default_factory=dict)
+    #: Consumers dropped for being idle longer than the table's ``consumer.expiration``.
+    expired_consumers: list[str] = field(default_factory=list)
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*(ms|s|sec|min|m|h|d)?\s*$", re.IGNORECASE)
+_UNIT_SECONDS = {"ms": 0.001, "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(name: str, text: str) -> float:
+    """A table property holding a duration (``"3600"`` seconds, ``"30 min"``, ``"7 d"``), in
+    seconds."""
+    match = _DURATION.match(str(text))
+    if match is None:
+        raise ValidationError(
+            f"Table property {name} = {text!r} is not a duration: give a number of seconds or "
+            "a number with a unit (ms, s, min, h, d), e.g. '7 d'")
+    return float(match.group(1)) * _UNIT_SECONDS[(match.group(2) or "s").lower()]
+
+
+def _consumer_holds(table: Table, candidates: list[int]) -> tuple[dict[str, list[int]],
+                                                                 list[str]]:
+    """Per unexpired consumer, the candidate snapshots it still needs; and the consumers
+    expired now for idling longer than ``consumer.expiration``.
+
+    A consumer resuming at snapshot N reads the files snapshots N, N+1, ... added and removed,
+    and catch-up compares against snapshot N - 1: it needs every snapshot from N - 1 on.
+    """
+    table_id = table._record.table_id
+    expired: list[str] = []
+    limit = table._record.properties.get("consumer.expiration")
+    if limit is not None:
+        seconds = parse_duration("consumer.expiration", limit)
+        expired = table._metastore.expire_consumers(
+            table_id, int((time.time() - seconds) * 1000))
+    consumers = table._metastore.consumers(table_id).to_pylist()
+    holds = {c["consumer"]: [s for s in candidates if s >= c["next_snapshot"] - 1]
+             for c in consumers}
+    return {c: held for c, held in holds.items() if held}, expired
 
 
 @dataclass(frozen=True)
@@ -61,13 +103,19 @@ def expire_snapshots(table: Table, older_than: datetime | timedelta | None = Non
         candidates = candidates.filter(pc.less(committed, cutoff))
     protected = set(table._metastore.tags(table._record.table_id).values())
     protected.add(table.current_snapshot_id or -1)
-    protected |= table._protected_snapshots()
-    expire = [s for s in candidates.column("snapshot_id").to_pylist() if s not in protected]
+    if changelog.changelog_producer(table) == "full-compaction":
+        # The next full compaction's changelog is the difference from this one's state.
+        protected.add(changelog.last_full_compaction(table) or -1)
+    ids = [s for s in candidates.column("snapshot_id").to_pylist() if s not in protected]
+    kept, expired_consumers = _consumer_holds(table, ids)
+    for held in kept.values():
+        protected.update(held)
+    expire = [s for s in ids if s not in protected]
     paths = table._metastore.expire_snapshots(table._record.table_id, expire)
     storage = table._storage
     absolute = [storage.join(table._record.location, p) for p in paths]
     storage.delete(absolute)
-    return ExpireResult(expire, absolute)
+    return ExpireResult(expire, absolute, kept, expired_consumers)
 
 
 #: Files SQLite keeps next to its database file.

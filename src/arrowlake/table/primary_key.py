@@ -47,13 +47,13 @@ from arrowlake.metastore.store import NewFile, SnapshotChange
 from arrowlake.scan.planning import fully_matching, plan_files
 from arrowlake.scan.scan import Scan
 from arrowlake.schema import field_id, find_field
+from arrowlake.table import changelog
 from arrowlake.table.compaction import compact_if_needed, compaction_options
 from arrowlake.table.inputs import batch_stream
 from arrowlake.table.writes import (
     WriteResult,
     _conflict_on_new_matches,
     _discard,
-    commit_files,
     conformed,
 )
 
@@ -76,7 +76,7 @@ def _key_type_ok(t: pa.DataType) -> bool:
 
 
 _OPTION_NAMES = ("merge_engine", "sequence_field", "aggregations", "ignore_delete",
-                 "partial_update_ignore_delete", "default_aggregation")
+                 "partial_update_ignore_delete", "default_aggregation", "changelog_producer")
 
 
 def validate_pk_options(schema: pa.Schema, primary_key: Sequence[str],
@@ -158,6 +158,9 @@ def validate_pk_options(schema: pa.Schema, primary_key: Sequence[str],
     if options.get("default_aggregation"):
         props["fields.default-aggregate-function"] = str(options["default_aggregation"])
     props.setdefault("compaction.max-runs", "5")
+    if "changelog_producer" in options:
+        props["changelog-producer"] = changelog.check_producer(options["changelog_producer"],
+                                                               primary_key)
     # Builds the engine once so bad aggregation functions fail now.
     engine_from_options(engine_name, schema, list(primary_key), _engine_options(props))
     return schema, buckets, props
@@ -357,7 +360,8 @@ def commit_rows(table: Table, rows: pa.Table, kind: str, *, commit_id: str | Non
                 summary: dict[str, Any] | None = None, base: int | None = None,
                 on_rebase: Callable[[pa.Table], None] | None = None) -> WriteResult:
     """Write ``rows`` (with ``_row_kind``) as runs and commit them on ``base`` (the current
-    snapshot when None); then compact if needed.
+    snapshot when None), with the changelog the table's producer asks for; then compact if
+    needed.
 
     ``on_rebase`` is the commit's conflict check (see :func:`conflict_on_touched_keys`). Once
     the commit has landed nothing raises: a failing compaction is logged and left for later.
@@ -369,18 +373,26 @@ def commit_rows(table: Table, rows: pa.Table, kind: str, *, commit_id: str | Non
         return WriteResult(None, kind)
     check_sequence_values(table, rows)
     files = write_runs(table, rows)
-    result = commit_files(table, kind, base, files, commit_id=commit_id, summary=summary,
-                          on_rebase=on_rebase)
-    if result.snapshot_id is not None and not result.duplicate:
-        try:
-            compacted = compact_if_needed(table, files)
-        except Exception as exc:  # the write landed: it must not look failed to the caller
-            _log.warning("Snapshot %s of %s committed, but compacting after it failed (the "
-                         "next write or compact() retries): %s", result.snapshot_id,
-                         table.name, exc)
-            compacted = None
-        return replace(result, compaction=compacted)
-    return result
+    result = changelog.commit_runs(table, kind, base, files, rows, commit_id=commit_id,
+                                   summary=summary, on_rebase=on_rebase)
+    return compact_after_commit(table, result, files)
+
+
+def compact_after_commit(table: Table, result: WriteResult, files: Sequence[NewFile]
+                         ) -> WriteResult:
+    """``result`` of a commit of runs ``files``, with the compaction of the buckets it touched
+    that it triggered. The write has landed, so nothing here raises: a failing compaction is
+    logged and left to the next write or ``compact()``."""
+    if result.snapshot_id is None or result.duplicate:
+        return result
+    try:
+        compacted = compact_if_needed(table, files)
+    except Exception as exc:  # the write landed: it must not look failed to the caller
+        _log.warning("Snapshot %s of %s committed, but compacting after it failed (the "
+                     "next write or compact() retries): %s", result.snapshot_id,
+                     table.name, exc)
+        compacted = None
+    return replace(result, compaction=compacted)
 
 
 def check_sequence_values(table: Table, rows: pa.Table) -> None:
@@ -527,6 +539,12 @@ def write_changes(table: Table, data: Any, row_kind: str = "op", *,
     """Write CDC rows: ``row_kind`` names the column holding ``+I -U +U -D`` (or 0-3)."""
     require_primary_key(table, "write_changes()")
     table.refresh()
+    return commit_rows(table, change_rows(table, data, row_kind), "changes", commit_id=commit_id)
+
+
+def change_rows(table: Table, data: Any, row_kind: str = "op") -> pa.Table:
+    """CDC rows conformed to the table schema, with their kinds as ``_row_kind`` codes."""
+
     schema, batches = batch_stream(data)
     if row_kind not in schema.names:
         raise ValidationError(
@@ -544,7 +562,7 @@ def write_changes(table: Table, data: Any, row_kind: str = "op", *,
     reader = pa.RecordBatchReader.from_batches(stripped, data_batches())
     rows = collect(table, reader, where="change data")
     codes = pa.concat_arrays(kinds) if kinds else pa.array([], pa.int8())
-    return commit_rows(table, with_kinds(rows, codes), "changes", commit_id=commit_id)
+    return with_kinds(rows, codes)
 
 
 def delete_keys(table: Table, expr: Any, *, commit_id: str | None = None) -> WriteResult:
@@ -578,6 +596,7 @@ def delete_keys(table: Table, expr: Any, *, commit_id: str | None = None) -> Wri
 def overwrite(table: Table, data: Any, expr: Any, *, commit_id: str | None = None
               ) -> WriteResult:
     """Replace the rows of whole partitions (or the whole table) of a primary-key table."""
+
     table.refresh()
     rec = table._record
     outside = referenced_columns(expr) - set(rec.partition_by)
@@ -591,6 +610,14 @@ def overwrite(table: Table, data: Any, expr: Any, *, commit_id: str | None = Non
     rows = pa.Table.from_batches(batches, schema=table.schema) if batches else \
         table.schema.empty_table()
     files = write_runs(table, with_kinds(rows, RowKind.INSERT)) if rows.num_rows else []
+    return commit_overwrite(table, files, expr, added_rows=rows.num_rows, commit_id=commit_id)
+
+
+def commit_overwrite(table: Table, files: list[NewFile], expr: Any, *, added_rows: int,
+                     commit_id: str | None = None) -> WriteResult:
+    """Commit runs already written while removing the files of the partitions ``expr`` selects
+    (every file when it is always true); the runs are deleted if the commit does not happen."""
+    rec = table._record
     try:
         for attempt in range(5):
             table.refresh()
@@ -613,8 +640,8 @@ def overwrite(table: Table, data: Any, expr: Any, *, commit_id: str | None = Non
                     raise
                 continue
             return WriteResult(result.snapshot_id, "overwrite", len(files), len(remove),
-                               rows.num_rows, change.removed_rows, result.attempts,
-                               result.duplicate)
+                               added_rows, change.removed_rows,
+                               result.attempts, result.duplicate)
     except BaseException:
         _discard(table, files)
         raise

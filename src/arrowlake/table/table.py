@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -38,6 +38,35 @@ class Catalog(Protocol):
     def metastore(self) -> Metastore: ...
 
     def storage_for(self, location: str) -> Storage: ...
+
+
+class ChangeStream(Protocol):
+    """What :meth:`Table.stream` returns: an :class:`arrowlake.streaming.Stream` (a layer
+    above tables; see there for everything it offers)."""
+
+    def __iter__(self) -> Iterator[Any]: ...
+
+    def __aiter__(self) -> AsyncIterator[Any]: ...
+
+    def __enter__(self) -> Any: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+    def commit(self, snapshot_id: int | None = None) -> None: ...
+
+    def close(self) -> None: ...
+
+
+#: Opens a change stream; set by :mod:`arrowlake.streaming` when it is imported (``import
+#: arrowlake`` imports it). Streams sit above tables in the layers, so the table cannot import
+#: them: it offers this hook instead.
+_stream_factory: Callable[..., ChangeStream] | None = None
+
+
+def register_stream_factory(factory: Callable[..., ChangeStream]) -> None:
+    """Install what :meth:`Table.stream` calls (done once by ``arrowlake.streaming``)."""
+    global _stream_factory
+    _stream_factory = factory
 
 
 class Table:
@@ -118,6 +147,8 @@ class Table:
                 "with the options you want and copy the rows into it")
         props.update(given)
         primary_key.validate_properties(props, self._record.primary_key)
+        if "consumer.expiration" in props:
+            maintenance.parse_duration("consumer.expiration", props["consumer.expiration"])
         self._metastore.set_properties(self._record.table_id, props)
         self.refresh()
 
@@ -138,9 +169,41 @@ class Table:
                 f"Cannot write to table {self.name}: the lake was opened read-only (its "
                 f"metastore {self._metastore.location} cannot be written here)")
 
-    def _protected_snapshots(self) -> set[int]:
-        """Snapshots something else still needs (streaming consumers, once they exist)."""
-        return set()
+    # -- streams -------------------------------------------------------------------------------
+
+    def stream(self, *, consumer: str | None = None, start: str | int | datetime = "full",
+               poll_interval: float = 1.0, shard: tuple[int, int] | None = None,
+               buckets: Iterable[int] | None = None,
+               bucket_filter: Callable[[int], bool] | None = None,
+               include_row_kind: bool = False, filter: Expr | str | None = None,
+               columns: Sequence[str] | None = None, stop_at_latest: bool = False,
+               catch_up_threshold: int | None = 10, prefetch: bool = True) -> ChangeStream:
+        """The table's changes as a stream, read with ``for`` or ``async for``.
+
+        >>> with orders.stream(consumer="billing", start="full") as stream:  # doctest: +SKIP
+        ...     for change in stream:
+        ...         process(change.to_arrow())
+        ...         stream.commit(change.snapshot_id)
+
+        See :class:`arrowlake.streaming.Stream` and the README for every option.
+        """
+        if _stream_factory is None:
+            raise RuntimeError("arrowlake.streaming was not imported; import arrowlake first")
+        return _stream_factory(
+            self, consumer=consumer, start=start, poll_interval=poll_interval, shard=shard,
+            buckets=buckets, bucket_filter=bucket_filter, include_row_kind=include_row_kind,
+            filter=filter, columns=columns, stop_at_latest=stop_at_latest,
+            catch_up_threshold=catch_up_threshold, prefetch=prefetch)
+
+    def consumers(self) -> pa.Table:
+        """The table's stream consumers: ``consumer``, ``next_snapshot`` (where it resumes) and
+        ``committed_at`` (its last progress commit)."""
+        return self._metastore.consumers(self._record.table_id)
+
+    def drop_consumer(self, consumer: str) -> None:
+        """Forget a consumer's progress (it no longer holds snapshots back from expiry)."""
+        if not self._metastore.drop_consumer(self._record.table_id, consumer):
+            raise ValidationError(f"Table {self.name} has no consumer {consumer!r}")
 
     def _resolve_snapshot(self, snapshot: int | None, as_of: datetime | None,
                           tag: str | None) -> int | None:

@@ -216,7 +216,11 @@ def rewrite(table: Table, kind: str, expr: Expr, add: list[NewFile], *,
                 add=add + removal.rewritten, remove=removal.remove,
                 removed_rows=removal.removed_file_rows, commit_id=commit_id,
                 summary={"deleted_rows": removal.removed_rows,
-                         "rewritten_files": len(removal.rewritten)},
+                         "rewritten_files": len(removal.rewritten),
+                         # For change streams: the removed files' rows matching the filter are
+                         # exactly the rows removed; the rewritten files carry rows over.
+                         "filter": "" if isinstance(expr, AlwaysTrue) else str(expr),
+                         "rewritten_paths": [f.path for f in removal.rewritten]},
                 on_rebase=_conflict_on_new_matches(table, expr))
             try:
                 result = table._metastore.commit(table._record.table_id, base, change)

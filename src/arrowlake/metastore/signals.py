@@ -1,0 +1,114 @@
+"""Commit signals: wake streams of a table as soon as a commit to it lands.
+
+In one process, :meth:`Metastore.commit` publishes ``(metastore url, table id)`` after each
+commit and every subscribed callback runs at once. Across processes on PostgreSQL, the commit
+transaction also sends ``NOTIFY arrowlake_commit, '<table id>'``; :func:`listen` keeps one
+connection per metastore URL that ``LISTEN``\\s and republishes what arrives here. Signals only
+shorten waits: a stream that misses one still finds the commit at its next poll.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable
+from typing import Any
+
+#: The PostgreSQL notification channel commits are announced on (payload: the table id).
+CHANNEL = "arrowlake_commit"
+
+_LOCK = threading.Lock()
+_LISTENERS: dict[tuple[str, int], dict[int, Callable[[], None]]] = {}
+_NEXT = iter(range(1, 1 << 62))
+
+
+def subscribe(url: str, table_id: int, callback: Callable[[], None]) -> Callable[[], None]:
+    """Call ``callback`` (from any thread) after each commit to the table; returns the
+    function that unsubscribes it. Callbacks must be quick and must not raise."""
+    key = (url, table_id)
+    with _LOCK:
+        token = next(_NEXT)
+        _LISTENERS.setdefault(key, {})[token] = callback
+
+    def unsubscribe() -> None:
+        with _LOCK:
+            listeners = _LISTENERS.get(key)
+            if listeners is not None:
+                listeners.pop(token, None)
+                if not listeners:
+                    del _LISTENERS[key]
+
+    return unsubscribe
+
+
+def publish(url: str, table_id: int) -> None:
+    """Wake every subscriber of the table in this process."""
+    with _LOCK:
+        callbacks = list(_LISTENERS.get((url, table_id), {}).values())
+    for callback in callbacks:
+        callback()
+
+
+class _PgListener(threading.Thread):
+    """One daemon thread per PostgreSQL metastore URL: LISTEN, republish each notification.
+    It holds one connection while streams of that URL are open and closes it after the last."""
+
+    def __init__(self, url: str, engine: Any) -> None:
+        super().__init__(name=f"arrowlake-listen-{url[:40]}", daemon=True)
+        self.url = url
+        self.engine = engine
+        self.ready = threading.Event()
+        self.users = 0
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            raw = None
+            try:
+                raw = self.engine.raw_connection()
+                conn = raw.driver_connection
+                conn.autocommit = True
+                conn.execute(f"LISTEN {CHANNEL}")
+                self.ready.set()
+                while not self.stop.is_set():
+                    for note in conn.notifies(timeout=0.5):
+                        try:
+                            table_id = int(note.payload)
+                        except ValueError:
+                            continue
+                        publish(self.url, table_id)
+            except Exception:  # a lost connection: reconnect after a pause
+                self.ready.set()
+                self.stop.wait(1.0)
+            finally:
+                if raw is not None:
+                    with contextlib.suppress(Exception):  # closing a broken connection
+                        raw.invalidate()  # LISTEN state must not go back to the pool
+
+
+_PG_LISTENERS: dict[str, _PgListener] = {}
+
+
+def listen(url: str, engine: Any) -> Callable[[], None]:
+    """Listen for commit notifications of a PostgreSQL metastore while the returned function
+    has not been called (one connection per URL, shared by the process's streams)."""
+    with _LOCK:
+        listener = _PG_LISTENERS.get(url)
+        if listener is None:
+            listener = _PG_LISTENERS[url] = _PgListener(url, engine)
+            listener.start()
+        listener.users += 1
+    listener.ready.wait(10)
+    done = threading.Event()
+
+    def unlisten() -> None:
+        if done.is_set():
+            return
+        done.set()
+        with _LOCK:
+            listener.users -= 1
+            if listener.users == 0:
+                listener.stop.set()
+                _PG_LISTENERS.pop(url, None)
+
+    return unlisten

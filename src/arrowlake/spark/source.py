@@ -1,0 +1,404 @@
+"""arrowlake as a PySpark data source (batch read and write), on ``pyspark.sql.datasource``.
+
+    spark.read.format("arrowlake").option("lake", "./lake").load("shop.orders")
+    df.write.format("arrowlake").option("lake", "./lake").mode("append").save("crm.users")
+
+Options (case-insensitive):
+
+- ``lake``: what :func:`arrowlake.connect` takes (a path, or a database URL); ``warehouse`` for a
+  database URL; storage options as ``storage.<key>`` (``storage.endpoint``, ...) or all at once
+  as JSON in ``storageOptions``. Executors open nothing but storage: splits and write targets
+  carry what they need.
+- reading: ``snapshot`` (id), ``asOf`` (ISO date-time, or epoch milliseconds), ``tag``,
+  ``columns`` (comma-separated: PySpark gives Python sources no column pruning, so this is how
+  to read only some columns; a schema given with ``.schema(...)`` does the same), ``splitSize``
+  (bytes per input partition; the table's ``read.split-size`` by default), ``minPartitions``
+  (without ``splitSize``, splits are made smaller to give at least this many input
+  partitions; the driver's CPU count by default).
+- writing: ``write`` = ``append`` (an upsert on primary-key tables) | ``upsert`` | ``changes``
+  (with ``rowKind``, the column holding ``+I -U +U -D``; ``op`` by default); with
+  ``mode("overwrite")``, ``replaceWhere`` replaces only the matching rows; ``commitId`` makes the
+  commit idempotent.
+
+Filters: with ``spark.sql.python.filterPushdown.enabled`` true, the reader takes the filters
+the scan applies exactly (see :mod:`arrowlake.spark.filters`) and gives the rest back; the
+accepted ones prune partitions, buckets and files when splits are planned.
+
+A PySpark limitation (4.1-4.3) to know with pushdown on: Spark keeps the partitions planned
+for the last query of a DataFrame that pushed filters and reuses them for later queries of the
+same DataFrame that push none (no filter, or none of the simple kinds), so such a later query
+sees only the earlier query's rows. With pushdown on, load a fresh DataFrame for each query
+(``spark.read.format("arrowlake")...load(...)``), or use :func:`arrowlake.spark.read`, which
+does not depend on it. tests/spark pins both behaviours.
+
+The pieces a streaming reader or writer needs are functions here, not reader methods:
+:func:`open_table`, :func:`split_partitions`, :func:`read_partition` and the staged write of
+:mod:`arrowlake.table.staged`.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import pickle
+import sys
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    Filter,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import StructType
+
+from arrowlake.errors import ValidationError
+from arrowlake.expressions import AlwaysTrue, Expr, and_all, to_expression
+from arrowlake.lake import Lake, connect
+from arrowlake.scan.scan import Scan
+from arrowlake.scan.split import Split
+from arrowlake.spark.filters import split_filters
+from arrowlake.spark.types import (
+    from_spark_batch,
+    spark_arrow_schema,
+    spark_schema,
+    to_spark_batch,
+)
+from arrowlake.table.staged import (
+    StagedWrite,
+    WriteMode,
+    WriteTarget,
+    check_mode,
+    commit_staged,
+    discard_staged,
+    stage,
+    write_target,
+)
+from arrowlake.table.table import Table
+
+FORMAT = "arrowlake"
+#: An internal option: pickled splits planned by arrowlake.spark.fast, read as they are.
+SPLITS_OPTION = "arrowlake.splits"
+
+
+def encode_splits(splits: Sequence[Split]) -> str:
+    return base64.b64encode(pickle.dumps(list(splits))).decode("ascii")
+
+
+def decode_splits(text: str) -> list[Split]:
+    splits = pickle.loads(base64.b64decode(text))
+    if not isinstance(splits, list) or not all(isinstance(s, Split) for s in splits):
+        raise ValidationError(f"Option {SPLITS_OPTION!r} does not hold arrowlake splits")
+    return splits
+
+
+# -- options --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LakeOptions:
+    """Where the lake is: the arguments of :func:`arrowlake.connect`."""
+
+    uri: str
+    warehouse: str | None = None
+    storage_json: str = "{}"  # the storage options as sorted JSON (options may nest)
+
+    @classmethod
+    def create(cls, uri: str, warehouse: str | None = None,
+               storage_options: Mapping[str, Any] | None = None) -> LakeOptions:
+        return cls(uri, warehouse, json.dumps(dict(storage_options or {}), sort_keys=True))
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str]) -> LakeOptions:
+        uri = options.get("lake")
+        if not uri:
+            raise ValidationError(
+                "The arrowlake data source needs option('lake', ...): a lake path, or a database "
+                "URL together with option('warehouse', 's3://...')")
+        storage: dict[str, Any] = {}
+        if options.get("storageoptions"):
+            storage.update(json.loads(options["storageoptions"]))
+        for key, value in options.items():
+            if key.lower().startswith("storage."):
+                storage[key[len("storage."):]] = value
+        return cls.create(str(uri), options.get("warehouse") or None, storage)
+
+
+_LAKES: dict[LakeOptions, Lake] = {}
+_LAKES_LOCK = threading.Lock()
+
+
+def open_lake(where: LakeOptions) -> Lake:
+    """The lake, connected once per process."""
+    with _LAKES_LOCK:
+        lake = _LAKES.get(where)
+        if lake is None:
+            lake = connect(where.uri, warehouse=where.warehouse,
+                           storage_options=json.loads(where.storage_json) or None)
+            _LAKES[where] = lake
+        return lake
+
+
+def table_name(options: Mapping[str, str]) -> str:
+    name = options.get("path") or options.get("table")
+    if not name:
+        raise ValidationError(
+            "Name the table: spark.read.format('arrowlake').load('namespace.table') or "
+            ".save('namespace.table')")
+    return str(name)
+
+
+def open_table(options: Mapping[str, str]) -> Table:
+    return open_lake(LakeOptions.from_options(options)).table(table_name(options))
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    snapshot: int | None = None
+    as_of: datetime | None = None
+    tag: str | None = None
+    columns: tuple[str, ...] | None = None
+    split_size: int | None = None
+    min_partitions: int = 1
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str]) -> ReadOptions:
+        snapshot = options.get("snapshot")
+        as_of_text = options.get("asof")
+        as_of = None
+        if as_of_text:
+            text = str(as_of_text).strip()
+            as_of = (datetime.fromtimestamp(int(text) / 1000, UTC) if text.isdigit()
+                     else datetime.fromisoformat(text))
+        columns = options.get("columns")
+        split_size = options.get("splitsize")
+        min_partitions = options.get("minpartitions")
+        try:
+            return cls(int(snapshot) if snapshot not in (None, "") else None, as_of,
+                       options.get("tag") or None,
+                       tuple(c.strip() for c in columns.split(",") if c.strip())
+                       if columns else None,
+                       _bytes(split_size) if split_size else None,
+                       int(min_partitions) if min_partitions else os.cpu_count() or 1)
+        except ValueError as exc:
+            raise ValidationError(f"Invalid arrowlake read option: {exc}") from None
+
+
+def _bytes(text: str) -> int:
+    """``"134217728"``, ``"128m"``, ``"1g"``: a size in bytes."""
+    text = str(text).strip().lower().removesuffix("b")
+    scale = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}.get(text[-1:], 1)
+    value = int(text[:-1] if scale > 1 else text)
+    if value <= 0:
+        raise ValueError(f"splitSize must be positive, got {text!r}")
+    return value * scale
+
+
+def table_scan(table: Table, read: ReadOptions, filter: Expr | str | None = None,
+               columns: Sequence[str] | None = None) -> Scan:
+    """The scan a read option set describes (``columns`` overrides ``read.columns``)."""
+    cols = columns if columns is not None else read.columns
+    return table.scan(filter, list(cols) if cols is not None else None,
+                      snapshot=read.snapshot, as_of=read.as_of, tag=read.tag)
+
+
+def source_schema(options: Mapping[str, str]) -> pa.Schema:
+    """The Arrow schema a read with these options returns."""
+    if SPLITS_OPTION in options:
+        splits = decode_splits(options[SPLITS_OPTION])
+        if not splits:
+            raise ValidationError(f"Option {SPLITS_OPTION!r} holds no splits")
+        return splits[0].output_schema()
+    return table_scan(open_table(options), ReadOptions.from_options(options)).schema
+
+
+# -- reading ------------------------------------------------------------------------------------
+
+
+class SplitPartition(InputPartition):
+    """One input partition: one split of the scan (None for the single empty partition of an
+    empty scan)."""
+
+    def __init__(self, split: Split | None) -> None:
+        super().__init__(split)
+        self.split = split
+
+
+def plan_splits(scan: Scan, split_size: int | None = None, min_partitions: int = 1
+                ) -> list[Split]:
+    """The scan's splits. Without an explicit ``split_size``, splits are made smaller when the
+    default size would give fewer than ``min_partitions`` (Spark would leave cores idle)."""
+    splits = scan.plan(split_size)
+    if split_size is None and 0 < len(splits) < min_partitions:
+        total = sum(s.size_bytes for s in splits)
+        splits = scan.plan(max(1, total // min_partitions))
+    return splits
+
+
+def split_partitions(scan: Scan, split_size: int | None = None,
+                     min_partitions: int = 1) -> list[SplitPartition]:
+    """One input partition per split of the IO layer (merged primary-key buckets included)."""
+    splits = plan_splits(scan, split_size, min_partitions)
+    return [SplitPartition(s) for s in splits] or [SplitPartition(None)]
+
+
+def read_partition(partition: SplitPartition, target: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """The partition's rows as batches of exactly the Arrow schema ``target`` Spark expects."""
+    if partition.split is None:
+        return
+    for batch in partition.split.to_batches():
+        yield to_spark_batch(batch, target)
+
+
+def _pushdown_requested() -> bool:
+    """Whether the reader is being made by PySpark's filter pushdown worker.
+
+    PySpark (4.1-4.3) refuses a reader that implements ``pushFilters`` unless
+    ``spark.sql.python.filterPushdown.enabled`` is true, and does not tell the source that
+    setting: its pushdown worker is the only one that calls ``pushFilters``, so the reader
+    offers the method exactly when that worker asks for a reader. tests/spark checks both
+    settings.
+    """
+    frame = sys._getframe(1)
+    for _ in range(16):
+        if frame is None:
+            return False
+        if frame.f_code.co_filename.endswith("data_source_pushdown_filters.py"):
+            return True
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
+
+
+class ArrowlakeReader(DataSourceReader):
+    """Plans on the driver (one partition per split); executors read splits."""
+
+    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
+        self.options = dict(options)
+        self.columns = tuple(schema.fieldNames())
+        self.target = spark_arrow_schema(schema)
+        self.filter: Expr = AlwaysTrue()
+
+    def _scan(self) -> Scan:
+        table = open_table(self.options)
+        return table_scan(table, ReadOptions.from_options(self.options), self.filter,
+                          self.columns)
+
+    def partitions(self) -> Sequence[InputPartition]:
+        if SPLITS_OPTION in self.options:
+            splits = decode_splits(self.options[SPLITS_OPTION])
+            return [SplitPartition(replace(s, filter=and_all([s.filter, self.filter])))
+                    for s in splits] or [SplitPartition(None)]
+        read = ReadOptions.from_options(self.options)
+        return split_partitions(self._scan(), read.split_size, read.min_partitions)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, SplitPartition)
+        return read_partition(partition, self.target)
+
+
+class ArrowlakeFilteringReader(ArrowlakeReader):
+    """The reader with filter pushdown (see :func:`_pushdown_requested`)."""
+
+    def pushFilters(self, filters: list[Filter]) -> list[Filter]:
+        schema = source_schema(self.options)
+        accepted, rejected = split_filters(filters, schema)
+        self.filter = accepted
+        return rejected
+
+
+# -- writing ------------------------------------------------------------------------------------
+
+
+@dataclass
+class StagedMessage(WriterCommitMessage):
+    staged: StagedWrite
+
+
+def write_mode(options: Mapping[str, str], overwrite: bool) -> WriteMode:
+    """The write mode of Spark's save mode and the ``write`` option."""
+    requested = str(options.get("write") or "append").lower()
+    if overwrite:
+        if requested != "append":
+            raise ValidationError(
+                f"mode('overwrite') replaces rows; it does not combine with write={requested!r}")
+        return "overwrite"
+    if requested not in ("append", "upsert", "changes"):
+        raise ValidationError(
+            f"Unknown option write={requested!r}: use append, upsert or changes")
+    return requested  # type: ignore[return-value]
+
+
+class ArrowlakeWriter(DataSourceArrowWriter):
+    """Executors stage files through the library's writers; the driver commits once."""
+
+    def __init__(self, options: Mapping[str, str], overwrite: bool) -> None:
+        self.options = dict(options)
+        self.mode = write_mode(options, overwrite)
+        where = options.get("replacewhere")
+        self.replace_where: Expr | None = to_expression(where) if where else None
+        self.row_kind = str(options.get("rowkind") or "op")
+        self.commit_id = options.get("commitid") or None
+        table = open_table(options)
+        check_mode(table, self.mode, self.replace_where)
+        self.target: WriteTarget = write_target(table)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedMessage:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        order = context.partitionId() if context is not None else 0
+        first = next(iterator, None)
+        if first is None:
+            return StagedMessage(StagedWrite((), 0, order))
+        schema = self.target.schema
+        head = from_spark_batch(first, schema)
+        reader = pa.RecordBatchReader.from_batches(head.schema, _chain(head, (
+            from_spark_batch(b, schema) for b in iterator)))
+        return StagedMessage(stage(self.target, reader, self.mode,
+                                   replace_where=self.replace_where, row_kind=self.row_kind,
+                                   order=order))
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        staged = [m.staged for m in messages if isinstance(m, StagedMessage)]
+        table = open_table(self.options)
+        commit_staged(table, staged, self.mode, replace_where=self.replace_where,
+                      commit_id=self.commit_id)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        discard_staged(self.target, [m.staged for m in messages
+                                     if isinstance(m, StagedMessage)])
+
+
+def _chain(first: pa.RecordBatch, rest: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    yield first
+    yield from rest
+
+
+# -- the source ---------------------------------------------------------------------------------
+
+
+class ArrowlakeDataSource(DataSource):
+    """``format("arrowlake")``: batch reads and writes of arrowlake tables."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def schema(self) -> StructType:
+        return spark_schema(source_schema(self.options))
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        if _pushdown_requested():
+            return ArrowlakeFilteringReader(self.options, schema)
+        return ArrowlakeReader(self.options, schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> ArrowlakeWriter:
+        return ArrowlakeWriter(self.options, overwrite)

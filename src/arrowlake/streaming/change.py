@@ -1,0 +1,139 @@
+"""What a stream yields: a :class:`Change` made of picklable :class:`ChangeSplit` s.
+
+A change split wraps an ordinary scan :class:`~arrowlake.scan.split.Split` (read by the same
+reader, merged on read where the split says so) and labels its rows with their row kind: a
+constant kind for the whole split (``+I`` for added files of append tables and for full scans,
+``-D`` for removed rows), or the kind stored per row in primary-key runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Union
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from arrowlake.merge.runs import KIND_COLUMN
+from arrowlake.scan.split import Split
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from arrowlake.streaming.catchup import NetChangeSplit
+
+#: The column a stream adds with ``include_row_kind=True``.
+ROW_KIND_COLUMN = "_row_kind"
+ROW_KIND_FIELD = pa.field(ROW_KIND_COLUMN, pa.string(), nullable=False)
+#: Stored row-kind codes to names; code 4 (``RESTART``, an internal addition that hides every
+#: older version of its key) is shown as the addition it is.
+_KIND_NAMES = pa.array(["+I", "-U", "+U", "-D", "+I"], pa.string())
+
+
+@dataclass(frozen=True)
+class ChangeSplit:
+    """A part of a change, readable on its own in any process (like ``Scan.plan()`` splits).
+
+    ``row_kind`` is the kind of every row, or None when the split reads primary-key runs as
+    written: then the stored row-kind column gives each row's kind.
+    """
+
+    split: Split
+    row_kind: str | None
+    include_row_kind: bool
+    columns: tuple[str, ...]
+
+    @property
+    def row_count(self) -> int:
+        """Rows in the files before filtering (an upper bound for what the split yields)."""
+        return self.split.row_count
+
+    def output_schema(self) -> pa.Schema:
+        schema = pa.schema([self.split.schema.field(c) for c in self.columns])
+        return schema.append(ROW_KIND_FIELD) if self.include_row_kind else schema
+
+    def _label(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        arrays = [batch.column(c) for c in self.columns]
+        if self.include_row_kind:
+            if self.row_kind is None:
+                codes = batch.column(KIND_COLUMN)
+                arrays.append(pc.take(_KIND_NAMES, codes))
+            else:
+                arrays.append(_constant(self.row_kind, batch.num_rows))
+        return pa.RecordBatch.from_arrays(arrays, schema=self.output_schema())
+
+    def to_batches(self) -> Iterator[pa.RecordBatch]:
+        for batch in self.split.to_batches():
+            yield self._label(batch)
+
+    def to_arrow(self) -> pa.Table:
+        table = self.split.to_arrow()
+        schema = self.output_schema()
+        return pa.Table.from_batches([self._label(b) for b in table.to_batches()], schema)
+
+    def __arrow_c_stream__(self, requested_schema: Any = None) -> Any:
+        reader = pa.RecordBatchReader.from_batches(self.output_schema(), self.to_batches())
+        return reader.__arrow_c_stream__(requested_schema)
+
+
+#: What a change is made of: plain change splits, or net-change splits when catching up.
+AnySplit = Union[ChangeSplit, "NetChangeSplit"]
+
+
+def _constant(kind: str, length: int) -> pa.Array:
+    return pa.repeat(pa.scalar(kind, pa.string()), length)
+
+
+@dataclass(frozen=True)
+class Change:
+    """The rows one snapshot changed (or, when catching up, a range of snapshots changed).
+
+    ``snapshot_id`` is the snapshot to pass to ``stream.commit`` once processed;
+    ``first_snapshot_id`` equals it except for catch-up changes, which cover
+    ``first_snapshot_id .. snapshot_id``. ``kind`` is the snapshot's kind (``append``,
+    ``upsert``, ``delete``, ...), ``full`` for the full scan that ``start="full"`` begins with,
+    and ``catch-up`` for a catch-up change.
+    """
+
+    snapshot_id: int
+    kind: str
+    committed_at: datetime
+    splits: tuple[AnySplit, ...]
+    schema: pa.Schema
+    first_snapshot_id: int
+    # The rows, when the stream read them ahead while the previous change was processed.
+    prefetched: pa.Table | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def row_count(self) -> int:
+        """Rows in the change's files before filtering (an upper bound of its rows)."""
+        return sum(split.row_count for split in self.splits)
+
+    def to_batches(self) -> Iterator[pa.RecordBatch]:
+        if self.prefetched is not None:
+            yield from self.prefetched.to_batches()
+            return
+        for split in self.splits:
+            yield from split.to_batches()
+
+    def to_arrow(self) -> pa.Table:
+        if self.prefetched is not None:
+            return self.prefetched
+        tables = [split.to_arrow() for split in self.splits]
+        if not tables:
+            return self.schema.empty_table()
+        return pa.concat_tables(tables)
+
+    def to_pandas(self, **kwargs: Any) -> pd.DataFrame:
+        return self.to_arrow().to_pandas(**kwargs)
+
+    def __arrow_c_stream__(self, requested_schema: Any = None) -> Any:
+        reader = pa.RecordBatchReader.from_batches(self.schema, self.to_batches())
+        return reader.__arrow_c_stream__(requested_schema)
+
+    def __repr__(self) -> str:
+        span = (f"{self.first_snapshot_id}..{self.snapshot_id}"
+                if self.first_snapshot_id != self.snapshot_id else str(self.snapshot_id))
+        return f"<arrowlake.Change snapshot={span} kind={self.kind} splits={len(self.splits)}>"

@@ -1,0 +1,234 @@
+"""Two-phase writes: workers write data files, one process commits them all at once.
+
+Engines that write from many processes (Spark executors, Dask workers, Flight handlers) call
+:func:`stage` where the data is, with a :class:`WriteTarget` the committing process made by
+:func:`write_target` (it is picklable and holds everything writing needs: no metastore access
+happens while staging). Each call returns a picklable :class:`StagedWrite`: the files it wrote.
+The committing process then calls :func:`commit_staged` once with all of them: one snapshot,
+one metastore transaction. If the commit fails, or the job is abandoned
+(:func:`discard_staged`), the staged files are deleted; files of workers that died before
+reporting are left to ``remove_orphan_files``.
+
+Primary-key tables: each stage writes one sorted run per bucket its rows hit, and every run of
+a commit gets the commit's sequence number. Versions of one key written by two stages of the
+same commit would then tie, so :func:`commit_staged` settles them: the rule is that stages
+apply in the order of ``StagedWrite.order`` (a Spark job passes the task's partition id), as
+if their rows had been written one after the other in one call. Buckets where no key appears
+in two stages (the usual case: upserted keys are unique, or the input was repartitioned by
+bucket) are committed as written; the runs of a bucket where keys do repeat are merged into one
+run before the commit, with the table's merge engine and in stage order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, cast
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from arrowlake.errors import ValidationError
+from arrowlake.expressions import AlwaysTrue, Expr, referenced_columns, to_arrow
+from arrowlake.io.storage import Storage
+from arrowlake.io.writer import write_batches
+from arrowlake.metastore.store import NewFile, TableRecord
+from arrowlake.table import changelog
+from arrowlake.table import primary_key as pk
+from arrowlake.table.writes import (
+    WriteResult,
+    commit_files,
+    conformed,
+    file_target,
+    rewrite,
+)
+
+if TYPE_CHECKING:
+    from arrowlake.table.table import Table
+
+#: ``append`` adds rows (an upsert on a primary-key table); ``upsert`` and ``changes`` need a
+#: primary key; ``overwrite`` replaces the table, or the rows ``replace_where`` selects.
+WriteMode = Literal["append", "upsert", "changes", "overwrite"]
+WRITE_MODES = ("append", "upsert", "changes", "overwrite")
+
+
+@dataclass(frozen=True)
+class WriteTarget:
+    """A table as a writer needs it, detached from the metastore (picklable).
+
+    It offers the attributes the library's file writers read from a table (``_record``,
+    ``_storage``, ``schema``), so :func:`stage` calls those writers unchanged.
+    """
+
+    _record: TableRecord
+    _storage: Storage
+    schema: pa.Schema
+
+    @property
+    def name(self) -> str:
+        return self._record.full_name
+
+
+def write_target(table: Table) -> WriteTarget:
+    """The table's current definition, to hand to workers."""
+    table.refresh()
+    return WriteTarget(table._record, table._storage, table.schema)
+
+
+@dataclass(frozen=True)
+class StagedWrite:
+    """Files one worker wrote and has not committed (picklable)."""
+
+    files: tuple[NewFile, ...]
+    rows: int  # input rows written
+    order: int = 0  # stages of a commit apply in this order (see the module docstring)
+
+
+def check_mode(target: WriteTarget | Table, mode: str, replace_where: Expr | None) -> None:
+    """Refuse a mode or filter the table cannot take, before anything is written."""
+    rec = target._record
+    if mode not in WRITE_MODES:
+        raise ValidationError(f"Unknown write mode {mode!r}; use one of {', '.join(WRITE_MODES)}")
+    if mode in ("upsert", "changes") and not rec.primary_key:
+        raise ValidationError(
+            f"Write mode {mode!r} needs a table with a primary key; '{rec.full_name}' has none. "
+            "Use 'append' or 'overwrite'")
+    if (mode in ("upsert", "changes")
+            and rec.properties.get("changelog-producer", "none") == "input"):
+        # Workers fold repeated keys as they write runs, so the rows as given are gone by the
+        # time the driver commits.
+        raise ValidationError(
+            f"Table '{rec.full_name}' has changelog_producer 'input', which records the input "
+            "rows exactly as given; engine writes (Spark, Dask) cannot keep them yet. Write "
+            "through Table.upsert()/write_changes() in one process, or use 'lookup'")
+    if replace_where is not None and not isinstance(replace_where, AlwaysTrue):
+        if mode != "overwrite":
+            raise ValidationError("replace_where (replaceWhere) is only for overwrites")
+        to_arrow(replace_where, target.schema)
+        outside = referenced_columns(replace_where) - set(rec.partition_by)
+        if rec.primary_key and outside:
+            raise ValidationError(
+                f"An overwrite of primary-key table '{rec.full_name}' may only filter on "
+                f"partition columns ({', '.join(rec.partition_by) or 'none'}); the filter uses "
+                f"{sorted(outside)}")
+
+
+def stage(target: WriteTarget, data: Any, mode: WriteMode = "append", *,
+          replace_where: Expr | None = None, row_kind: str = "op", order: int = 0
+          ) -> StagedWrite:
+    """Write ``data`` (anything :meth:`Table.append` takes) as uncommitted files.
+
+    With ``mode="overwrite"`` and ``replace_where``, every row must match the filter. With
+    ``mode="changes"``, column ``row_kind`` holds each row's kind (``+I -U +U -D`` or 0-3).
+    On an error the files written so far are deleted.
+    """
+    check_mode(target, mode, replace_where)
+    rec = target._record
+    table = cast("Table", target)  # the writers read only what a WriteTarget holds
+    check = None if replace_where is None or isinstance(replace_where, AlwaysTrue) \
+        else replace_where
+    if not rec.primary_key:
+        files = write_batches(file_target(table),
+                              conformed(table, data, target.schema, check=check),
+                              rec.partition_by)
+        return StagedWrite(tuple(files), sum(f.row_count for f in files), order)
+    if mode == "changes":
+        rows = pk.change_rows(table, data, row_kind)
+    else:
+        batches = list(conformed(table, data, target.schema, check=check))
+        plain = pa.Table.from_batches(batches, schema=target.schema) if batches \
+            else target.schema.empty_table()
+        rows = pk.with_kinds(plain, pk.RowKind.INSERT)
+    files = pk.write_runs(table, rows) if rows.num_rows else []
+    return StagedWrite(tuple(files), rows.num_rows, order)
+
+
+def discard_staged(target: WriteTarget | Table, staged: Sequence[StagedWrite | None]) -> None:
+    """Delete the files of stages that will not be committed (an aborted job)."""
+    storage, location = target._storage, target._record.location
+    storage.delete([storage.join(location, f.path) for s in staged if s is not None
+                    for f in s.files])
+
+
+def commit_staged(table: Table, staged: Sequence[StagedWrite], mode: WriteMode = "append", *,
+                  replace_where: Expr | None = None, commit_id: str | None = None
+                  ) -> WriteResult:
+    """Commit every stage's files as one snapshot; on failure delete them all.
+
+    ``mode`` and ``replace_where`` must be those the stages were written with.
+    """
+    ordered = sorted(staged, key=lambda s: s.order)
+    try:
+        table.refresh()
+        check_mode(table, mode, replace_where)
+        expr: Expr = replace_where if replace_where is not None else AlwaysTrue()
+        rec = table._record
+        if not rec.primary_key:
+            files = [f for s in ordered for f in s.files]
+            if mode == "overwrite":
+                return rewrite(table, "overwrite", expr, files, commit_id=commit_id)
+            if not files:
+                return WriteResult(None, "append")
+            return commit_files(table, "append", table.current_snapshot_id, files,
+                                commit_id=commit_id)
+        files = _settle_repeated_keys(table, ordered)
+        if mode == "overwrite":
+            return pk.commit_overwrite(table, files, expr,
+                                       added_rows=sum(s.rows for s in ordered),
+                                       commit_id=commit_id)
+        kind = "changes" if mode == "changes" else "upsert"
+        if not files:
+            return WriteResult(None, kind)
+        rows = _stored_rows(table, files) if changelog.changelog_producer(table) == "lookup" \
+            else pa.table({})
+        result = changelog.commit_runs(table, kind, table.current_snapshot_id, files, rows,
+                                       commit_id=commit_id)
+    except BaseException:
+        discard_staged(table, ordered)
+        raise
+    return pk.compact_after_commit(table, result, files)
+
+
+def _settle_repeated_keys(table: Table, staged: Sequence[StagedWrite]) -> list[NewFile]:
+    """The stages' runs, with the runs of every bucket where one key was written by several
+    stages merged into one run (stages in order); see the module docstring."""
+    by_bucket: dict[tuple[str | None, int | None], list[tuple[int, NewFile]]] = {}
+    for n, s in enumerate(staged):
+        for f in s.files:
+            by_bucket.setdefault((f.partition_path, f.bucket), []).append((n, f))
+    key = list(table._record.primary_key)
+    out: list[NewFile] = []
+    replaced: list[NewFile] = []
+    for runs in by_bucket.values():
+        if len({n for n, _ in runs}) < 2 or not _keys_repeat(table, [f for _, f in runs], key):
+            out.extend(f for _, f in runs)
+            continue
+        # Stages are in order and each stage's runs of one bucket hold unique keys: reading
+        # them in sequence gives the versions in the order the merge engine resolves.
+        rows = pa.concat_tables([_read_run(table, f, None) for _, f in runs])
+        rows = rows.rename_columns([pk.ROW_KIND if c == pk.KIND_COLUMN else c
+                                    for c in rows.column_names])
+        out.extend(pk.write_runs(table, rows))
+        replaced.extend(f for _, f in runs)
+    if replaced:
+        discard_staged(table, [StagedWrite(tuple(replaced), 0)])
+    return out
+
+
+def _stored_rows(table: Table, runs: Sequence[NewFile]) -> pa.Table:
+    """The rows of written runs (table columns + ``_row_kind`` codes), for a lookup changelog,
+    which compares them with the current versions of their keys."""
+    rows = pa.concat_tables([_read_run(table, f, None) for f in runs])
+    return rows.rename_columns([pk.ROW_KIND if c == pk.KIND_COLUMN else c
+                                for c in rows.column_names])
+
+
+def _read_run(table: Table, file: NewFile, columns: list[str] | None) -> pa.Table:
+    storage = table._storage
+    path = storage.fs_path(storage.join(table._record.location, file.path))
+    return pq.read_table(path, filesystem=storage.filesystem(), columns=columns)
+
+
+def _keys_repeat(table: Table, runs: Sequence[NewFile], key: list[str]) -> bool:
+    keys = pa.concat_tables([_read_run(table, f, key) for f in runs])
+    return keys.group_by(key).aggregate([]).num_rows != keys.num_rows

@@ -1,0 +1,9 @@
+"""Makes ``spark.read.format("arrowlake")`` work with no registration call.
+
+PySpark looks for installed top-level modules named ``pyspark_*`` that define ``DefaultSource``
+(a ``pyspark.sql.datasource.DataSource``) and registers each under its ``name()``.
+"""
+
+from arrowlake.spark.source import ArrowlakeDataSource as DefaultSource
+
+__all__ = ["DefaultSource"]

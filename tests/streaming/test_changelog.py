@@ -1,0 +1,284 @@
+"""Changelog producers on scripted histories for every merge engine, and lookup against a model."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import arrowlake as al
+from arrowlake.errors import ValidationError
+from tests.conftest import METASTORES, make_lake
+
+
+def changes(t: al.Table, **kw) -> list[tuple[str, list[tuple]]]:
+    """Per change: its kind and its rows as tuples ``(*values, row_kind)`` in stream order."""
+    kw.setdefault("start", "earliest")
+    stream = t.stream(include_row_kind=True, catch_up_threshold=None, stop_at_latest=True, **kw)
+    return [(c.kind, [tuple(r.values()) for r in c.to_arrow().to_pylist()]) for c in stream]
+
+
+def by_key(history: list[tuple[str, list[tuple]]]) -> list[tuple[str, list[tuple]]]:
+    """Rows of each change ordered by key, keeping each key's rows in stream order."""
+    return [(kind, sorted(rows, key=lambda r: r[0])) for kind, rows in history]
+
+
+SCHEMA = pa.schema([pa.field("k", pa.int64(), nullable=False), ("v", pa.string())])
+
+
+def _dedupe_history(t: al.Table) -> None:
+    t.upsert({"k": [1, 2, 1], "v": ["a", "b", "a2"]})
+    t.upsert({"k": [1, 3, 2], "v": ["A", "c", "b"]})  # 2 written again, unchanged
+    t.compact(full=True)
+    t.delete("k = 2")
+    t.write_changes({"k": [3, 3, 4], "v": ["c", "C", "d"], "op": ["-U", "+U", "+I"]})
+    t.write_changes({"k": [4], "v": ["d"], "op": ["-D"]})
+
+
+EXPECTED_DEDUPE = {
+    "none": [
+        ("upsert", [(1, "a2", "+I"), (2, "b", "+I")]),
+        ("upsert", [(1, "A", "+I"), (2, "b", "+I"), (3, "c", "+I")]),
+        ("delete", [(2, "b", "-D")]),
+        ("changes", [(3, "C", "+U"), (4, "d", "+I")]),
+        ("changes", [(4, "d", "-D")]),
+    ],
+    "input": [
+        ("upsert", [(1, "a", "+I"), (1, "a2", "+I"), (2, "b", "+I")]),
+        ("upsert", [(1, "A", "+I"), (2, "b", "+I"), (3, "c", "+I")]),
+        ("delete", [(2, "b", "-D")]),
+        ("changes", [(3, "c", "-U"), (3, "C", "+U"), (4, "d", "+I")]),
+        ("changes", [(4, "d", "-D")]),
+    ],
+    "lookup": [
+        ("upsert", [(1, "a2", "+I"), (2, "b", "+I")]),
+        ("upsert", [(1, "a2", "-U"), (1, "A", "+U"), (3, "c", "+I")]),
+        ("delete", [(2, "b", "-D")]),
+        ("changes", [(3, "c", "-U"), (3, "C", "+U"), (4, "d", "+I")]),
+        ("changes", [(4, "d", "-D")]),
+    ],
+}
+
+
+@pytest.mark.parametrize("kind", METASTORES)
+@pytest.mark.parametrize("producer", ["none", "input", "lookup"])
+def test_deduplicate_history_per_producer(kind, producer, tmp_path, request):
+    lake = make_lake(kind, tmp_path, request)
+    t = lake.create_table("s.t", SCHEMA, primary_key=["k"], buckets=2,
+                          changelog_producer=producer)
+    assert t.properties["changelog-producer"] == producer
+    _dedupe_history(t)
+    assert by_key(changes(t)) == EXPECTED_DEDUPE[producer]
+    lake.close()
+
+
+def test_partial_update_lookup_emits_the_merged_row(sqlite_lake):
+    schema = pa.schema([pa.field("k", pa.int64(), nullable=False), ("a", pa.int64()),
+                        ("b", pa.int64())])
+    for producer, expected in {
+        "none": [("upsert", [(1, 1, None, "+I")]), ("upsert", [(1, None, 2, "+I")]),
+                 ("upsert", [(1, 1, None, "+I")])],
+        "lookup": [("upsert", [(1, 1, None, "+I")]),
+                   ("upsert", [(1, 1, None, "-U"), (1, 1, 2, "+U")])],
+    }.items():
+        t = sqlite_lake.create_table(f"s.p_{producer}", schema, primary_key=["k"], buckets=1,
+                                     merge_engine="partial-update",
+                                     changelog_producer=producer)
+        t.upsert({"k": [1], "a": [1], "b": [None]})
+        t.upsert({"k": [1], "a": [None], "b": [2]})
+        t.upsert({"k": [1], "a": [1], "b": [None]})  # changes no merged value
+        t.compact(full=True)
+        assert changes(t) == expected, producer
+        assert t.to_arrow().to_pylist() == [{"k": 1, "a": 1, "b": 2}]
+
+
+def test_aggregation_lookup_emits_the_aggregated_row(sqlite_lake):
+    schema = pa.schema([pa.field("k", pa.int64(), nullable=False), ("n", pa.int64())])
+    for producer, expected in {
+        # The runs as stored: a write folds its rows per key, a retraction into a negation.
+        "none": [("upsert", [(1, 5, "+I")]), ("upsert", [(1, 3, "+I"), (2, 1, "+I")]),
+                 ("changes", [(1, -3, "+U")]), ("upsert", [(1, 0, "+I")])],
+        "input": [("upsert", [(1, 2, "+I"), (1, 3, "+I")]),
+                  ("upsert", [(1, 3, "+I"), (2, 1, "+I")]),
+                  ("changes", [(1, 3, "-U")]), ("upsert", [(1, 0, "+I")])],
+        "lookup": [("upsert", [(1, 5, "+I")]),
+                   ("upsert", [(1, 5, "-U"), (1, 8, "+U"), (2, 1, "+I")]),
+                   ("changes", [(1, 8, "-U"), (1, 5, "+U")])],
+    }.items():
+        t = sqlite_lake.create_table(f"s.a_{producer}", schema, primary_key=["k"], buckets=1,
+                                     merge_engine="aggregation",
+                                     aggregations={"n": "sum"}, changelog_producer=producer)
+        t.upsert({"k": [1, 1], "n": [2, 3]})
+        t.upsert({"k": [1, 2], "n": [3, 1]})
+        t.write_changes({"k": [1], "n": [3], "op": ["-U"]})  # retract 3
+        t.upsert({"k": [1], "n": [0]})  # adds nothing
+        t.compact(full=True)
+        assert by_key(changes(t)) == expected, producer
+        assert t.to_arrow().sort_by("k").to_pylist() == [{"k": 1, "n": 5}, {"k": 2, "n": 1}]
+
+
+def test_first_row_lookup_ignores_later_versions(sqlite_lake):
+    for producer, expected in {
+        "none": [("upsert", [(1, "a", "+I")]), ("upsert", [(1, "b", "+I"), (2, "x", "+I")])],
+        "lookup": [("upsert", [(1, "a", "+I")]), ("upsert", [(2, "x", "+I")])],
+    }.items():
+        t = sqlite_lake.create_table(f"s.f_{producer}", SCHEMA, primary_key=["k"], buckets=2,
+                                     merge_engine="first-row", changelog_producer=producer)
+        t.upsert({"k": [1], "v": ["a"]})
+        t.upsert({"k": [1, 2], "v": ["b", "x"]})
+        t.compact(full=True)
+        assert by_key(changes(t)) == expected, producer
+
+
+def test_changelog_files_are_not_data_and_expire_with_their_snapshot(sqlite_lake):
+    t = sqlite_lake.create_table("s.t", SCHEMA, primary_key=["k"], buckets=2,
+                                 changelog_producer="lookup")
+    t.upsert({"k": [1, 2], "v": ["a", "b"]})
+    t.upsert({"k": [1], "v": ["c"]})
+    assert t.files().num_rows == 3  # runs only
+    assert t.count() == 2
+    assert sorted(t.to_arrow().column("v").to_pylist()) == ["b", "c"]
+    stored = set(t._metastore.all_file_paths(t._record.table_id))
+    assert sum(p.startswith("changelog/") for p in stored) == 3
+    t.compact(full=True)
+    result = t.expire_snapshots(retain_last=1)
+    assert sum("/changelog/" in p for p in result.deleted_files) == 3
+    with pytest.raises(ValidationError, match="changelog_producer"):
+        sqlite_lake.create_table("s.bad", SCHEMA, primary_key=["k"], changelog_producer="x")
+    with pytest.raises(ValidationError, match="primary"):
+        sqlite_lake.create_table("s.bad", SCHEMA, changelog_producer="lookup")
+
+
+# -- lookup against a model --------------------------------------------------------------------
+
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("upsert"), st.lists(st.tuples(st.integers(0, 7),
+                                                        st.sampled_from("abc")),
+                                              min_size=1, max_size=6)),
+        st.tuples(st.just("delete"), st.lists(st.integers(0, 7), min_size=1, max_size=3)),
+        st.tuples(st.just("compact"), st.just(None)),
+    ),
+    min_size=1, max_size=7)
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(history=ops)
+def test_lookup_matches_a_model_over_random_histories(tmp_path_factory, history):
+    lake = al.connect(tmp_path_factory.mktemp("lookup"))
+    t = lake.create_table("s.t", SCHEMA, primary_key=["k"], buckets=3,
+                          changelog_producer="lookup")
+    state: dict[int, str] = {}
+    expected: list[list[tuple]] = []
+    for op, arg in history:
+        if op == "upsert":
+            t.upsert({"k": [k for k, _ in arg], "v": [v for _, v in arg]})
+            new = dict(state)
+            new.update(dict(arg))
+        elif op == "delete":
+            t.delete(al.col("k").isin(arg))
+            new = {k: v for k, v in state.items() if k not in arg}
+        else:
+            t.compact(full=True)
+            continue
+        rows: list[tuple] = []
+        for k in sorted(set(state) | set(new)):
+            if k not in new:
+                rows.append((k, state[k], "-D"))
+            elif k not in state:
+                rows.append((k, new[k], "+I"))
+            elif state[k] != new[k]:
+                rows += [(k, state[k], "-U"), (k, new[k], "+U")]
+        if rows or op == "upsert":
+            expected.append(rows)
+        state = new
+    got = [rows for kind, rows in by_key(changes(t)) if kind != "compact"]
+    assert [r for r in got if r] == [r for r in expected if r]
+    lake.close()
+
+
+merge_ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("upsert"), st.lists(
+            st.tuples(st.integers(0, 5), st.one_of(st.none(), st.integers(-3, 3)),
+                      st.one_of(st.none(), st.integers(-3, 3))), min_size=1, max_size=5)),
+        st.tuples(st.just("compact"), st.just(None)),
+    ),
+    min_size=1, max_size=6)
+
+
+@pytest.mark.parametrize("engine", ["partial-update", "aggregation"])
+@settings(max_examples=12, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(history=merge_ops)
+def test_lookup_matches_a_model_for_merging_engines(tmp_path_factory, engine, history):
+    """Partial-update (non-null values overwrite) and aggregation (sums; a null adds
+    nothing) emit the merged row after each write, before-images included."""
+    schema = pa.schema([pa.field("k", pa.int64(), nullable=False), ("a", pa.int64()),
+                        ("b", pa.int64())])
+    lake = al.connect(tmp_path_factory.mktemp("lookup-merge"))
+    options = {"aggregations": {"a": "sum", "b": "sum"}} if engine == "aggregation" else {}
+    t = lake.create_table("s.t", schema, primary_key=["k"], buckets=2, merge_engine=engine,
+                          changelog_producer="lookup", **options)
+    state: dict[int, tuple] = {}
+    expected: list[list[tuple]] = []
+
+    def combine(old, new):
+        if engine == "partial-update":
+            return tuple(n if n is not None else o for o, n in zip(old, new, strict=True))
+        return tuple(o if n is None else n if o is None else o + n
+                     for o, n in zip(old, new, strict=True))
+
+    for op, arg in history:
+        if op == "compact":
+            t.compact(full=True)
+            continue
+        t.upsert({"k": [r[0] for r in arg], "a": [r[1] for r in arg], "b": [r[2] for r in arg]})
+        new = dict(state)
+        for k, a, b in arg:
+            new[k] = combine(new[k], (a, b)) if k in new else (a, b)
+        rows: list[tuple] = []
+        for k in sorted(new):
+            if k not in state:
+                rows.append((k, *new[k], "+I"))
+            elif state[k] != new[k]:
+                rows += [(k, *state[k], "-U"), (k, *new[k], "+U")]
+        expected.append(rows)
+        state = new
+    got = [rows for kind, rows in by_key(changes(t)) if kind != "compact"]
+    assert [r for r in got if r] == [r for r in expected if r]
+    assert sorted(tuple(r.values()) for r in t.to_arrow().to_pylist()) == \
+        sorted((k, *v) for k, v in state.items())
+    lake.close()
+
+
+@pytest.mark.parametrize("kind", METASTORES)
+def test_full_compaction_producer_emits_the_difference_between_full_compactions(
+        kind, tmp_path, request):
+    lake = make_lake(kind, tmp_path, request)
+    t = lake.create_table("s.t", SCHEMA, primary_key=["k"], buckets=2,
+                          changelog_producer="full-compaction")
+    t.upsert({"k": [1, 2], "v": ["a", "b"]})
+    t.compact(full=True)
+    first = t.current_snapshot_id
+    t.upsert({"k": [1], "v": ["A"]})
+    t.delete("k = 2")
+    t.upsert({"k": [3], "v": ["c"]})
+    t.upsert({"k": [3, 4], "v": ["c2", "d"]})
+    t.delete("k = 4")  # inserted and deleted between compactions: nothing
+    t.compact(full=True)
+    assert t.compact(full=True).snapshot_id is None  # nothing changed since
+    assert by_key(changes(t)) == [
+        ("compact", [(1, "a", "+I"), (2, "b", "+I")]),
+        ("compact", [(1, "a", "-U"), (1, "A", "+U"), (2, "b", "-D"), (3, "c2", "+I")]),
+    ]
+    # The reference state of the next full compaction survives expiry.
+    t.upsert({"k": [5], "v": ["e"]})
+    reference = t.current_snapshot_id - 1
+    result = t.expire_snapshots(retain_last=1)
+    assert first in result.expired_snapshots and reference not in result.expired_snapshots
+    t.compact(full=True)
+    assert by_key(changes(t, start=reference + 1)) == [("compact", [(5, "e", "+I")])]
+    lake.close()

@@ -1,0 +1,139 @@
+"""The two-phase write: stages written apart, committed once (no Spark needed)."""
+
+from __future__ import annotations
+
+import pickle
+
+import pyarrow as pa
+import pytest
+
+import arrowlake as al
+from arrowlake.errors import CommitConflict, ValidationError
+from arrowlake.table.staged import (
+    StagedWrite,
+    commit_staged,
+    discard_staged,
+    stage,
+    write_target,
+)
+from tests.conftest import make_lake, stored_paths
+
+SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string())])
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def any_lake(request, tmp_path):
+    lake = make_lake(request.param, tmp_path, request)
+    yield lake
+    lake.close()
+
+
+def roundtrip(obj):
+    return pickle.loads(pickle.dumps(obj))
+
+
+def test_stages_commit_as_one_snapshot(any_lake):
+    t = any_lake.create_table("s.t", SCHEMA, partition_by=["v"])
+    target = roundtrip(write_target(t))
+    parts = [roundtrip(stage(target, {"id": [i, i + 10], "v": ["a", "b"]}, order=i))
+             for i in range(3)]
+    result = commit_staged(t, parts)
+    assert result.snapshot_id == 1 and result.added_rows == 6
+    assert sorted(t.to_arrow().column("id").to_pylist()) == [0, 1, 2, 10, 11, 12]
+
+
+@pytest.mark.parametrize("engine", ["deduplicate", "first-row"])
+def test_a_key_written_by_two_stages_resolves_by_stage_order(any_lake, engine):
+    t = any_lake.create_table("s.k", SCHEMA, primary_key=["id"], buckets=2,
+                              merge_engine=engine)
+    target = write_target(t)
+    late = stage(target, {"id": [1, 2, 5], "v": ["late", "late", "late"]}, "upsert", order=1)
+    early = stage(target, {"id": [1, 3], "v": ["early", "early"]}, "upsert", order=0)
+    other = stage(target, {"id": [9], "v": ["x"]}, "upsert", order=2)
+    commit_staged(t, [late, other, early], "upsert")  # any order of messages
+    got = dict(zip(*t.to_arrow().sort_by("id").to_pydict().values(), strict=True))
+    winner = "late" if engine == "deduplicate" else "early"
+    assert got == {1: winner, 2: "late", 3: "early", 5: "late", 9: "x"}
+    # The runs the settlement replaced are gone; only committed files remain.
+    committed = {f for f in t.files().column("path").to_pylist()}
+    assert stored_paths(t) == committed
+
+
+def test_changes_and_overwrite_stages(any_lake):
+    t = any_lake.create_table("s.k", SCHEMA, primary_key=["id"], buckets=2)
+    t.upsert({"id": [1, 2], "v": ["a", "b"]})
+    target = write_target(t)
+    s = stage(target, {"id": [1, 3], "v": ["a", "c"], "op": ["-D", "+I"]}, "changes")
+    commit_staged(t, [s], "changes")
+    assert t.to_arrow().sort_by("id").to_pydict() == {"id": [2, 3], "v": ["b", "c"]}
+    s = stage(target, {"id": [7], "v": ["z"]}, "overwrite")
+    commit_staged(t, [s], "overwrite")
+    assert t.to_arrow().to_pydict() == {"id": [7], "v": ["z"]}
+
+
+def test_a_failed_commit_deletes_every_staged_file(sqlite_lake, monkeypatch):
+    t = sqlite_lake.create_table("s.t", SCHEMA)
+    t.append({"id": [0], "v": ["x"]})
+    before = stored_paths(t)
+    target = write_target(t)
+    parts = [stage(target, {"id": [i], "v": ["y"]}, order=i) for i in range(2)]
+    assert len(stored_paths(t)) == len(before) + 2
+
+    def fail(*args, **kwargs):
+        raise CommitConflict("forced")
+
+    monkeypatch.setattr(t._metastore, "commit", fail)
+    with pytest.raises(CommitConflict):
+        commit_staged(t, parts)
+    monkeypatch.undo()
+    assert stored_paths(t) == before
+    assert t.to_arrow().to_pydict() == {"id": [0], "v": ["x"]}
+
+
+def test_discarded_stages_leave_nothing_behind(sqlite_lake):
+    t = sqlite_lake.create_table("s.t", SCHEMA)
+    target = write_target(t)
+    parts = [stage(target, {"id": [1], "v": ["y"]}), None, StagedWrite((), 0)]
+    discard_staged(target, parts)
+    assert stored_paths(t) == set()
+    assert t.current_snapshot_id is None
+
+
+def test_modes_a_table_cannot_take_fail_before_writing(sqlite_lake):
+    t = sqlite_lake.create_table("s.t", SCHEMA)
+    k = sqlite_lake.create_table("s.k", SCHEMA, primary_key=["id"], partition_by=[])
+    with pytest.raises(ValidationError, match="needs a table with a primary key"):
+        stage(write_target(t), {"id": [1], "v": ["a"]}, "upsert")
+    with pytest.raises(ValidationError, match="only filter on partition columns"):
+        stage(write_target(k), {"id": [1], "v": ["a"]}, "overwrite",
+              replace_where=al.col("v") == "a")
+    with pytest.raises(ValidationError, match="do not match"):
+        stage(write_target(t), {"id": [1], "v": ["a"]}, "overwrite",
+              replace_where=al.col("v") == "b")
+    assert stored_paths(t) == set()
+
+
+def test_staged_upsert_into_a_lookup_table_writes_its_changelog(sqlite_lake):
+    t = sqlite_lake.create_table("s.l", SCHEMA, primary_key=["id"], buckets=2,
+                                 changelog_producer="lookup")
+    t.upsert({"id": [1, 2], "v": ["a", "b"]})
+    start = t.current_snapshot_id
+    target = write_target(t)
+    parts = [stage(target, {"id": [1], "v": ["a2"]}, "upsert", order=0),
+             stage(target, {"id": [2, 3], "v": ["b", "c"]}, "upsert", order=1)]
+    commit_staged(t, parts, "upsert")
+    stream = t.stream(start=start + 1, include_row_kind=True, catch_up_threshold=None,
+                      stop_at_latest=True)
+    with stream:
+        rows = [r for change in stream for r in change.to_arrow().to_pylist()]
+    # Key 2 was written with its current value: no change; key 1 changed, key 3 is new.
+    assert sorted((r["_row_kind"], r["id"], r["v"]) for r in rows) == [
+        ("+I", 3, "c"), ("+U", 1, "a2"), ("-U", 1, "a")]
+
+
+def test_staged_upsert_into_an_input_changelog_table_is_refused(sqlite_lake):
+    t = sqlite_lake.create_table("s.i", SCHEMA, primary_key=["id"],
+                                 changelog_producer="input")
+    with pytest.raises(ValidationError, match="changelog_producer 'input'"):
+        stage(write_target(t), {"id": [1], "v": ["a"]}, "upsert")
+    assert t.current_snapshot_id is None
