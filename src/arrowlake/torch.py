@@ -29,6 +29,7 @@ columns without nulls, in one chunk); do not modify them in place.
 
 from __future__ import annotations
 
+import multiprocessing
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -47,6 +48,17 @@ __all__ = ["OUTPUTS", "SplitDataset", "StreamSplits", "dataset", "scan_dataset",
 OUTPUTS = ("torch", "arrow")
 
 
+class _CaughtUp:
+    """What a source of splits yields when it has nothing more for now (a stream that caught
+    up): readers then hand over the rows they hold instead of waiting to fill a batch."""
+
+    def __repr__(self) -> str:
+        return "CAUGHT_UP"
+
+
+CAUGHT_UP = _CaughtUp()
+
+
 class SplitLike(Protocol):
     """What the datasets read: a picklable part of a scan or a change."""
 
@@ -54,6 +66,10 @@ class SplitLike(Protocol):
 
     @property
     def row_count(self) -> int: ...
+
+
+#: The splits of an epoch, or a function giving them as they come (with :data:`CAUGHT_UP`).
+Source = Sequence[SplitLike] | Callable[[], Iterable["SplitLike | _CaughtUp"]]
 
 
 # -- converting batches ---------------------------------------------------------------------------
@@ -121,12 +137,18 @@ def to_tensors(batch: pa.RecordBatch) -> dict[str, Any]:
 # -- batching and shuffling (vectorized: tables are sliced and taken, never walked by row) -------
 
 
-def rebatch(tables: Iterable[pa.Table | pa.RecordBatch], schema: pa.Schema, batch_size: int,
-            drop_last: bool) -> Iterator[pa.RecordBatch]:
-    """Batches of exactly ``batch_size`` rows (the last one shorter unless ``drop_last``)."""
+def rebatch(tables: Iterable[pa.Table | pa.RecordBatch | _CaughtUp], schema: pa.Schema,
+            batch_size: int, drop_last: bool) -> Iterator[pa.RecordBatch]:
+    """Batches of exactly ``batch_size`` rows (the last one shorter unless ``drop_last``); at
+    :data:`CAUGHT_UP` the rows held so far leave as a shorter batch (unless ``drop_last``)."""
     pending: list[pa.RecordBatch] = []
     rows = 0
     for part in tables:
+        if isinstance(part, _CaughtUp):
+            if rows and not drop_last:
+                yield _one_batch(pa.Table.from_batches(pending, schema))
+                pending, rows = [], 0
+            continue
         if not part.num_rows:
             continue
         pending.extend(part.to_batches() if isinstance(part, pa.Table) else [part])
@@ -149,8 +171,8 @@ def _one_batch(table: pa.Table) -> pa.RecordBatch:
     return batches[0] if batches else pa.RecordBatch.from_pylist([], table.schema)
 
 
-def shuffled(batches: Iterable[pa.RecordBatch], schema: pa.Schema, buffer_rows: int,
-             rng: np.random.Generator) -> Iterator[pa.Table]:
+def shuffled(batches: Iterable[pa.RecordBatch | _CaughtUp], schema: pa.Schema,
+             buffer_rows: int, rng: np.random.Generator) -> Iterator[pa.Table | _CaughtUp]:
     """The rows of ``batches`` shuffled through a buffer of about ``buffer_rows`` rows.
 
     When the buffer is full its rows are permuted; half of them leave, half wait to be mixed
@@ -160,6 +182,13 @@ def shuffled(batches: Iterable[pa.RecordBatch], schema: pa.Schema, buffer_rows: 
     rows = 0
     keep = buffer_rows // 2
     for batch in batches:
+        if isinstance(batch, _CaughtUp):  # hand over the whole buffer, shuffled
+            if rows:
+                table = pa.Table.from_batches(pending, schema)
+                yield table.take(pa.array(rng.permutation(rows)))
+                pending, rows = [], 0
+            yield batch
+            continue
         pending.append(batch)
         rows += batch.num_rows
         if rows < buffer_rows:
@@ -193,11 +222,12 @@ def deal(sizes: Sequence[int], readers: int) -> list[list[int]]:
 class SplitDataset:
     """The reading logic of the datasets, free of torch so that it pickles by reference.
 
-    ``source`` gives the splits of one epoch (for a scan: its planned splits; for a stream: the
-    splits of its changes as they arrive, which never ends).
+    ``source`` gives the splits of one epoch (for a scan: its planned splits; for a stream: a
+    function giving the splits of its changes as they arrive, and :data:`CAUGHT_UP` whenever
+    it has nothing more for now).
     """
 
-    source: Callable[[], Iterable[SplitLike]] | Sequence[SplitLike]
+    source: Source
     schema: pa.Schema
     batch_size: int = 1024
     shuffle_buffer: int = 0
@@ -255,13 +285,20 @@ class SplitDataset:
     def _reader(self, worker: int, workers: int) -> tuple[int, int]:
         return self.rank * workers + worker, self.world_size * workers
 
-    def splits_of(self, reader: int, readers: int, epoch: tuple[int, ...]) -> Iterator[SplitLike]:
+    def splits_of(self, reader: int, readers: int, epoch: tuple[int, ...]
+                  ) -> Iterator[SplitLike | _CaughtUp]:
         """The splits reader ``reader`` of ``readers`` reads in ``epoch``."""
         if callable(self.source):
-            # An unbounded sequence (a stream): split k goes to reader k mod readers.
-            for k, split in enumerate(self.source()):
+            # An unbounded sequence (a stream): split k goes to reader k mod readers; every
+            # reader learns when the source caught up.
+            k = 0
+            for split in self.source():
+                if isinstance(split, _CaughtUp):
+                    yield split
+                    continue
                 if k % readers == reader:
                     yield split
+                k += 1
             return
         splits = list(self.source)
         order = np.arange(len(splits))
@@ -276,8 +313,8 @@ class SplitDataset:
         """This worker's batches of the next epoch, as Arrow record batches."""
         epoch = self._this_epoch(loader_seed)
         reader, readers = self._reader(worker, workers)
-        parts: Iterable[pa.RecordBatch | pa.Table] = (
-            b for split in self.splits_of(reader, readers, epoch) for b in split.to_batches())
+        parts: Iterable[pa.RecordBatch | pa.Table | _CaughtUp] = _read(
+            self.splits_of(reader, readers, epoch))
         if self.shuffle_buffer:
             rng = np.random.default_rng([self.seed or 0, *epoch, reader, 1])
             parts = shuffled(parts, self.schema, self.shuffle_buffer, rng)
@@ -289,6 +326,14 @@ class SplitDataset:
         if self.output == "arrow":
             return batches
         return (to_tensors(b) for b in batches)
+
+
+def _read(splits: Iterable[SplitLike | _CaughtUp]) -> Iterator[pa.RecordBatch | _CaughtUp]:
+    for split in splits:
+        if isinstance(split, _CaughtUp):
+            yield split
+        else:
+            yield from split.to_batches()
 
 
 _dataset_class: type | None = None
@@ -310,6 +355,12 @@ def _torch_dataset_class() -> type:
 
         def set_epoch(self, epoch: int) -> None:
             self.reading.set_epoch(epoch)
+
+        def close(self) -> None:
+            """Stop following a stream: the DataLoader's workers end their iteration."""
+            close = getattr(self.reading.source, "close", None)
+            if close is not None:
+                close()
 
         @property
         def schema(self) -> pa.Schema:
@@ -343,7 +394,7 @@ def _distributed() -> tuple[int, int]:
     return 0, 1
 
 
-def dataset(source: Callable[[], Iterable[SplitLike]] | Sequence[SplitLike],
+def dataset(source: Source,
             schema: pa.Schema, *, batch_size: int = 1024, shuffle_buffer: int = 0,
             seed: int | None = None, shuffle: bool = True, drop_last: bool = False,
             output: str = "torch", rank: int | None = None, world_size: int | None = None
@@ -390,19 +441,39 @@ class StreamSplits:
 
     def __init__(self, stream: Any) -> None:
         self.stream = stream
+        # Shared with the DataLoader's worker processes: set by close() in any of them.
+        self.stopped = multiprocessing.Event()
 
-    def __call__(self) -> Iterator[SplitLike]:
+    def close(self) -> None:
+        """End the iteration of every copy (the workers' too) at their next poll."""
+        self.stopped.set()
+
+    def __call__(self) -> Iterator[SplitLike | _CaughtUp]:
         stream = self.stream
-        if hasattr(stream, "_prefetch"):
-            stream._prefetch = False  # read-ahead would read every other worker's share too
-        for change in stream:
+        # No read-ahead (it would read every other worker's share too), and none of the
+        # threads of the process the copy came from.
+        stream._worker_copy()
+        while not self.stopped.is_set():
+            change = stream.poll()
+            if change is None:
+                if stream.stop_at_latest or stream.closed:
+                    return
+                yield CAUGHT_UP  # readers hand over the rows they hold, then wait
+                while change is None and not self.stopped.wait(stream.poll_interval):
+                    change = stream.poll()
+                if change is None:
+                    return
             yield from change.splits
 
 
 def stream_dataset(stream: Any, **options: Any) -> Any:
     """:meth:`Stream.to_torch`: the stream's changes, split by split, as a dataset that never
-    ends (unless the stream stops at the latest snapshot). Splits are shared out in the order
-    they come (``shuffle`` and ``set_epoch`` do not apply); ``shuffle_buffer`` still mixes rows.
+    ends (unless the stream was opened with ``stop_at_latest=True``). Splits are shared out in
+    the order they come (``shuffle`` and ``set_epoch`` do not apply); ``shuffle_buffer`` still
+    mixes rows, and a batch may hold rows of several changes; when the stream has caught up,
+    each worker hands over the rows it holds as a shorter batch (unless ``drop_last``), so
+    rows do not wait for later commits to fill a batch. DataLoader workers must be forked
+    (the Linux default): a stream holds database connections and cannot be pickled.
     """
     require("torch", "torch", "Stream.to_torch()")
     options["shuffle"] = False

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pickle
 import sys
+import threading
+import time
 import warnings
 
 import numpy as np
@@ -15,7 +17,7 @@ from torch.utils.data import DataLoader
 import arrowlake as al
 from arrowlake.errors import MissingDependency, ValidationError
 from arrowlake.torch import to_tensors
-from tests.engines.conftest import fill_append_table, fill_pk_table
+from tests.engines.conftest import events_data, fill_append_table, fill_pk_table
 
 WORKERS = 4
 RANKS = 2
@@ -25,7 +27,8 @@ def _ids(dataset, workers: int = WORKERS) -> np.ndarray:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # more workers than this machine's cores
         loader = DataLoader(dataset, batch_size=None, num_workers=workers)
-        return np.concatenate([batch["id"].numpy() for batch in loader])
+        return np.concatenate([np.empty(0, np.int64)]
+                              + [batch["id"].numpy() for batch in loader])
 
 
 def _epoch(table: al.Table, epoch: int, seed: int) -> list[np.ndarray]:
@@ -168,3 +171,45 @@ def test_to_torch_without_torch_names_the_extra(sqlite_lake, monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)  # as if torch were not installed
     with pytest.raises(MissingDependency, match=r"arrowlake\[torch\]"):
         table.scan(columns=["id"]).to_torch()
+
+
+# -- streams --------------------------------------------------------------------------------------
+
+
+def test_a_stream_to_the_latest_snapshot_gives_every_row_once(sqlite_lake):
+    table = fill_append_table(sqlite_lake, commits=9, rows=50)  # 9 changes, one split each
+    stream_opts = {"start": "earliest", "stop_at_latest": True, "columns": ["id", "y"]}
+    seen = []
+    for rank in range(RANKS):
+        stream = table.stream(**stream_opts)
+        ds = stream.to_torch(batch_size=40, rank=rank, world_size=RANKS, seed=4)
+        seen.append(_ids(ds, workers=2))
+    everything = np.concatenate(seen)
+    assert np.array_equal(np.sort(everything), np.arange(table.count()))
+    assert all(len(ids) for ids in seen)
+
+
+def test_a_live_stream_follows_the_table_as_it_grows(sqlite_lake):
+    table = fill_append_table(sqlite_lake, commits=2, rows=100)
+    start = table.count()
+    stream = table.stream(start="latest", poll_interval=0.05, columns=["id", "x"])
+    ds = stream.to_torch(batch_size=25)
+    # in_order=False: a worker with rows need not wait for one whose share has not come yet.
+    loader = DataLoader(ds, batch_size=None, num_workers=2, in_order=False, timeout=60)
+    added = 5 * 60
+
+    def grow() -> None:
+        for i in range(5):
+            time.sleep(0.1)
+            table.append(events_data(start + i * 60, 60))
+
+    writer = threading.Thread(target=grow)
+    writer.start()
+    seen: list[int] = []
+    for batch in loader:  # never ends by itself: stop once every added row arrived
+        seen.extend(batch["id"].tolist())
+        if len(seen) >= added:
+            ds.close()  # the workers stop following the stream, and the loop ends
+    writer.join()
+    assert sorted(seen) == list(range(start, start + added))  # only new rows, each once
+    stream.close()
