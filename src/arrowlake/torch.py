@@ -24,6 +24,9 @@ Rows are shuffled within each reader's share with a buffer of ``shuffle_buffer``
 keep the order of their split). Tensors share Arrow's memory where Arrow allows it (numeric
 columns without nulls, in one chunk); do not modify them in place.
 
+Streams (``Stream.to_torch()``, :func:`stream_dataset`): the splits of the changes are dealt in
+the order they arrive, and each reader hands over what it holds when the stream catches up.
+
 ``torch`` is imported only when a dataset is made (the ``torch`` extra).
 """
 
