@@ -30,7 +30,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("integrations", ("arrowlake.integrations",)),
     # lake.py creates tables, and Lake.from_pandas calls integrations/pandas.py.
     ("entry", ("arrowlake.lake",)),
-    ("adapters", ("arrowlake.cli", "arrowlake.spark")),
+    # Engine adapters; Scan.to_dask()/to_torch() reach them through scan/adapters.py.
+    ("adapters", ("arrowlake.cli", "arrowlake.spark", "arrowlake.dask", "arrowlake.torch",
+                  "arrowlake.flight")),
     # arrowlake/__init__.py: the public names, re-exported from every layer.
     ("package", ("arrowlake",)),
 ]

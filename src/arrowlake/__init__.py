@@ -6,6 +6,7 @@
 >>> t = lake.create_table("demo.t", pa.schema([("x", pa.int64())]), exist_ok=True)
 """
 
+from arrowlake import dask, torch  # register Scan.to_dask() / to_torch(); import nothing optional
 from arrowlake.errors import (
     ArrowlakeError,
     ColumnNotFound,
@@ -40,6 +41,8 @@ __all__ = [
     "WriteResult",
     "col",
     "connect",
+    "dask",
     "lit",
     "parse_filter",
+    "torch",
 ]

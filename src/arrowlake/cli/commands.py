@@ -19,6 +19,7 @@ from typing import Any, TextIO
 
 import pyarrow as pa
 
+from arrowlake import flight
 from arrowlake.cli.formats import FileReader, detect_format, expand_paths, write_file
 from arrowlake.cli.output import (
     MAX_CELL_WIDTH,
@@ -359,3 +360,13 @@ def stdout_is_closed_pipe() -> None:
     finally:
         os.close(devnull)
 
+
+# -- serve -------------------------------------------------------------------------------------
+
+
+def cmd_serve(args: argparse.Namespace, lake: Lake, out: Output) -> int:
+    """Serve the lake over Arrow Flight until SIGTERM/SIGINT; prints the location first."""
+    tokens = flight.read_tokens(args.token_file) if args.token_file else None
+    flight.serve(lake, args.host, args.port, tokens=tokens, tls_cert=args.tls_cert,
+                 tls_key=args.tls_key, out=out.stdout)
+    return 0

@@ -4,6 +4,7 @@
     arrowlake --lake ./lake import orders.csv shop.orders --create --partition-by day
     arrowlake --lake ./lake head shop.orders -n 5 --filter "amount > 10"
     arrowlake --lake ./lake --json snapshots shop.orders
+    arrowlake --lake ./lake serve --port 8815 --token-file tokens.txt
 
 User errors (a missing table, a bad filter, a file that is not there) print ``error: ...`` on
 stderr and exit with status 2; stdout only ever carries the command's result.
@@ -21,6 +22,7 @@ from arrowlake.cli import commands, tail
 from arrowlake.cli.commands import Output, parse_duration, split_list
 from arrowlake.cli.formats import FORMATS
 from arrowlake.errors import ArrowlakeError, NotFound
+from arrowlake.flight import DEFAULT_PORT
 from arrowlake.io.storage import normalize_location
 from arrowlake.lake import Lake, connect
 
@@ -135,6 +137,19 @@ def build_parser() -> argparse.ArgumentParser:
                         "progress (default: 1d)")
     p.add_argument("--delete", action="store_true",
                    help="delete the orphan files (default: only list them)")
+
+    p = add("serve", commands.cmd_serve,
+            "serve the lake's tables over Arrow Flight until SIGTERM or Ctrl-C (prints the "
+            "location clients connect to first)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="the address to listen on (default: 127.0.0.1; 0.0.0.0 for all)")
+    p.add_argument("--port", type=_positive_int, default=DEFAULT_PORT,
+                   help=f"the port (default: {DEFAULT_PORT}; 0 picks a free one)")
+    p.add_argument("--token-file", metavar="FILE",
+                   help="require 'Authorization: Bearer <token>' with a token from FILE (one "
+                        "per line)")
+    p.add_argument("--tls-cert", metavar="PEM", help="serve TLS with this certificate")
+    p.add_argument("--tls-key", metavar="PEM", help="the certificate's private key")
     return parser
 
 

@@ -47,6 +47,15 @@ def shared_executor() -> ThreadPoolExecutor:
         return _EXECUTOR
 
 
+def _forget_executor() -> None:
+    """In a forked child the parent's pool has no threads: the child starts its own."""
+    global _EXECUTOR, _EXECUTOR_LOCK
+    _EXECUTOR, _EXECUTOR_LOCK = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_executor)
+
+
 SORTED_RUN_ROW_GROUP_ROWS = 32_768
 """Row-group size of primary-key runs: a key-range read of a sorted run decodes one such
 group instead of a whole 128k-row group, while full reads stay as fast (bench/pk.py)."""

@@ -12,6 +12,7 @@ consumer, so memory stays around two buckets.
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -169,6 +170,16 @@ def _merge_pool() -> ThreadPoolExecutor:
         if _POOL is None:
             _POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="arrowlake-merge")
         return _POOL
+
+
+def _forget_pool() -> None:
+    """In a forked child (a DataLoader worker, say) the parent's pool has no threads: the
+    child starts its own on first use."""
+    global _POOL, _POOL_LOCK
+    _POOL, _POOL_LOCK = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool)
 
 
 def split_residual(residual: Expr, merged: pa.Table) -> pa.Array:

@@ -14,6 +14,7 @@ import sqlite3
 import time
 import urllib.parse
 import uuid
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -202,7 +203,26 @@ def _display_location(url: str) -> str:
     return parsed.render_as_string(hide_password=True)
 
 
+#: Every engine of this process, so that a forked child (a DataLoader worker, say) drops the
+#: parent's pooled connections instead of sharing their sockets and SQLite handles.
+_ENGINES: weakref.WeakSet[Engine] = weakref.WeakSet()
+
+
+def _forget_parent_connections() -> None:
+    for engine in list(_ENGINES):
+        engine.dispose(close=False)  # the parent keeps using them; the child opens its own
+
+
+os.register_at_fork(after_in_child=_forget_parent_connections)
+
+
 def _make_engine(url: str, read_only: bool, read_only_uri: str | None = None) -> Engine:
+    engine = _new_engine(url, read_only, read_only_uri)
+    _ENGINES.add(engine)
+    return engine
+
+
+def _new_engine(url: str, read_only: bool, read_only_uri: str | None = None) -> Engine:
     if url.startswith("postgresql://") or url.startswith("postgres://"):
         url = "postgresql+psycopg://" + url.split("://", 1)[1]
     if url.startswith("sqlite"):

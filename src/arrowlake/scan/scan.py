@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 from arrowlake.errors import ValidationError, require
 from arrowlake.expressions import AlwaysTrue, Expr, and_all, to_arrow, to_expression
 from arrowlake.pandas_arrow import arrow_to_pandas
+from arrowlake.scan.adapters import adapter
 from arrowlake.scan.planning import (
     TableView,
     file_tasks,
@@ -148,6 +149,29 @@ class Scan:
             con.register(name, data)
             return con.table(name)
         return con.from_arrow(data)
+
+    def to_dask(self, *, split_bytes: int | None = None) -> Any:
+        """A Dask DataFrame with one partition per split (the ``dask`` extra).
+
+        The filter and projection are pushed into every split, primary-key tables are merged
+        inside each split, and Dask's own column projection narrows what splits read.
+        ``split_bytes`` overrides the table's ``read.split-size``. See :mod:`arrowlake.dask`.
+        """
+        return adapter("dask.read")(self, split_bytes=split_bytes)
+
+    def to_torch(self, *, batch_size: int = 1024, shuffle_buffer: int = 0, seed: int | None = None,
+                 shuffle: bool = True, drop_last: bool = False, output: str = "torch",
+                 rank: int | None = None, world_size: int | None = None,
+                 split_bytes: int | None = None) -> Any:
+        """A PyTorch ``IterableDataset`` over the scan's splits (the ``torch`` extra).
+
+        Every DataLoader worker of every distributed rank reads a disjoint share of the splits;
+        see :func:`arrowlake.torch.dataset` for the options.
+        """
+        return adapter("torch.scan")(
+            self, batch_size=batch_size, shuffle_buffer=shuffle_buffer, seed=seed,
+            shuffle=shuffle, drop_last=drop_last, output=output, rank=rank,
+            world_size=world_size, split_bytes=split_bytes)
 
     def count(self) -> int:
         """The number of matching rows, from metadata where statistics decide it."""

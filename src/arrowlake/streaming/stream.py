@@ -43,6 +43,7 @@ from arrowlake.expressions import (
 from arrowlake.merge.runs import KIND_COLUMN, KIND_FIELD
 from arrowlake.metastore import signals
 from arrowlake.metastore.store import check_name
+from arrowlake.scan.adapters import adapter
 from arrowlake.scan.planning import TableView, file_schemas, file_stats, file_tasks, plan_files
 from arrowlake.scan.split import MergeSpec, Split
 from arrowlake.schema import find_field
@@ -264,6 +265,31 @@ class Stream:
             wakers = list(self._async_wakers)
         for wake in wakers:
             wake()
+
+    # -- engines -----------------------------------------------------------------------------
+
+    def to_torch(self, *, batch_size: int = 1024, shuffle_buffer: int = 0,
+                 seed: int | None = None, drop_last: bool = False, output: str = "torch",
+                 rank: int | None = None, world_size: int | None = None) -> Any:
+        """A PyTorch ``IterableDataset`` that follows this stream (the ``torch`` extra).
+
+        Every DataLoader worker (forked: the Linux default) follows its own copy of the stream
+        from this position and reads every n-th split of the changes, so together the workers
+        of all ranks read each change once; see :func:`arrowlake.torch.stream_dataset`. The
+        dataset does not commit a consumer's progress.
+        """
+        return adapter("torch.stream")(
+            self, batch_size=batch_size, shuffle_buffer=shuffle_buffer, seed=seed,
+            drop_last=drop_last, output=output, rank=rank, world_size=world_size)
+
+    def _worker_copy(self) -> None:
+        """Make this (forked) copy read alone: no read-ahead, and no threads or futures of the
+        process it was copied from."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)  # in a forked copy its threads never existed
+        self._prefetch = False
+        self._pool = None
+        self._prefetched = {}
 
     # -- iteration ---------------------------------------------------------------------------
 

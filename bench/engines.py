@@ -1,0 +1,219 @@
+"""Engine adapters against the engines' own readers, on the same files, in one run.
+
+One append table of ``--rows`` rows (default 10,000,000: string ``customer``, float64
+``amount``, float32 ``x``, int64 ``y``) written in ten commits, then:
+
+- Dask: ``scan.to_dask()`` group-by sum vs ``dask.dataframe.read_parquet`` over the table's
+  files (same columns, same threaded scheduler). Target: >= 0.8x read_parquet's speed.
+- PyTorch: ``scan.to_torch()`` rows/s through a DataLoader with 2 workers (dicts of tensors)
+  vs ``pyarrow.dataset`` batches of the same files through the same DataLoader; ``to_torch()``
+  iterated in-process vs iterating ``pyarrow.dataset`` batches in-process; and the DataLoader
+  against in-process ``pyarrow.dataset`` (what the DataLoader's worker processes and their
+  shared-memory hand-over cost). Target: >= 0.8x.
+- Flight: ``do_get`` of every endpoint from ``arrowlake serve`` in another process over
+  localhost vs reading the same scan in-process with ``to_arrow()``. Target: >= 0.5x.
+
+Speeds are medians of ``--runs`` runs; ratios are arrowlake's speed over the baseline's.
+
+    python bench/engines.py [--rows 10000000] [--runs 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.dataset as pds
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+sys.path.insert(0, str(SRC))
+import arrowlake as al  # noqa: E402
+
+COMMITS = 10
+
+
+def make_rows(start: int, n: int) -> pa.Table:
+    rng = np.random.default_rng(start)
+    names = pa.array([f"customer-{i:04d}" for i in range(1000)])
+    return pa.table({
+        "customer": names.take(pa.array(rng.integers(0, 1000, n))),
+        "amount": rng.random(n) * 1000,
+        "x": rng.random(n, dtype=np.float32),
+        "y": np.arange(start, start + n, dtype=np.int64),
+    })
+
+
+def timed(fn: Callable[[], object], runs: int) -> tuple[float, object]:
+    times, out = [], None
+    for _ in range(runs):
+        start = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), out
+
+
+def bench_dask(table: al.Table, files: list[str], split_bytes: int, runs: int) -> tuple:
+    import dask
+    import dask.dataframe as dd
+
+    def ours() -> object:
+        ddf = table.scan(columns=["customer", "amount"]).to_dask(split_bytes=split_bytes)
+        return ddf.groupby("customer").amount.sum().compute()
+
+    def theirs() -> object:
+        ddf = dd.read_parquet(files, columns=["customer", "amount"])
+        return ddf.groupby("customer").amount.sum().compute()
+
+    with dask.config.set(scheduler="threads"):
+        t_ours, a = timed(ours, runs)
+        t_theirs, b = timed(theirs, runs)
+    assert np.allclose(a.sort_index().to_numpy(), b.sort_index().to_numpy())
+    return t_ours, t_theirs
+
+
+class _ArrowDataset:
+    """The baseline a user would write without arrowlake: ``pyarrow.dataset`` batches of the
+    same files, files dealt out to DataLoader workers, numeric columns as tensors."""
+
+    def __init__(self, files: list[str]) -> None:
+        self.files = files
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        import torch
+
+        info = torch.utils.data.get_worker_info()
+        files = self.files[info.id::info.num_workers] if info else self.files
+        for batch in pds.dataset(files, format="parquet").to_batches(columns=["x", "y"],
+                                                                     batch_size=65_536):
+            yield {c: torch.from_numpy(batch.column(c).to_numpy()) for c in ("x", "y")}
+
+
+def bench_torch(table: al.Table, files: list[str], split_bytes: int, rows: int,
+                runs: int) -> list[tuple]:
+    import torch
+
+    class Baseline(_ArrowDataset, torch.utils.data.IterableDataset):
+        pass
+
+    def dataset() -> object:
+        return table.scan(columns=["x", "y"]).to_torch(batch_size=65_536, seed=0,
+                                                       split_bytes=split_bytes)
+
+    def loaded(ds: object) -> int:
+        loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2)
+        return sum(len(batch["y"]) for batch in loader)
+
+    def arrow_batches() -> int:
+        dataset = pds.dataset(files, format="parquet")
+        return sum(b.num_rows for b in dataset.to_batches(columns=["x", "y"],
+                                                          batch_size=65_536))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t_loader, n1 = timed(lambda: loaded(dataset()), runs)
+        t_base_loader, n2 = timed(lambda: loaded(Baseline(files)), runs)
+    t_inproc, n3 = timed(lambda: sum(len(b["y"]) for b in dataset()), runs)  # type: ignore
+    t_arrow, n4 = timed(arrow_batches, runs)
+    assert n1 == n2 == n3 == n4 == rows, (n1, n2, n3, n4)
+    return [
+        ("PyTorch rows", "to_torch() + DataLoader(2 workers)", t_loader,
+         "pyarrow.dataset in the same", t_base_loader, 0.8),
+        ("PyTorch rows", "to_torch() iterated in-process", t_inproc,
+         "pyarrow.dataset batches", t_arrow, 0.8),
+        ("PyTorch rows", "to_torch() + DataLoader(2 workers)", t_loader,
+         "pyarrow.dataset batches", t_arrow, 0.8),
+    ]
+
+
+def bench_flight(lake_dir: Path, table: al.Table, split_bytes: int, rows: int,
+                 runs: int) -> tuple:
+    import pyarrow.flight as fl
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH",
+                                                                                 "")])}
+    server = subprocess.Popen([sys.executable, "-m", "arrowlake.cli.main", "--lake",
+                               str(lake_dir), "serve", "--port", "0"], stdout=subprocess.PIPE,
+                              text=True, env=env)
+    assert server.stdout is not None
+    location = server.stdout.readline().strip()
+    command = json.dumps({"table": table.name, "columns": ["customer", "amount", "x", "y"],
+                          "split_bytes": split_bytes}).encode()
+    try:
+        client = fl.connect(location)
+
+        def ours() -> int:
+            info = client.get_flight_info(fl.FlightDescriptor.for_command(command))
+            with ThreadPoolExecutor(2) as pool:  # as many streams as the machine has cores
+                parts = list(pool.map(lambda ep: client.do_get(ep.ticket).read_all(),
+                                      info.endpoints))
+            return sum(p.num_rows for p in parts)
+
+        def theirs() -> int:
+            return table.scan(columns=["customer", "amount", "x", "y"]).to_arrow().num_rows
+
+        t_ours, n_ours = timed(ours, runs)
+        t_theirs, n_theirs = timed(theirs, runs)
+        assert n_ours == n_theirs == rows
+        return t_ours, t_theirs
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=60)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=10_000_000)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="arrowlake-bench-engines-"))
+    try:
+        lake_dir = root / "lake"
+        with al.connect(lake_dir) as lake:
+            table = lake.create_table("bench.events", make_rows(0, 1).schema)
+            per = args.rows // COMMITS
+            for i in range(COMMITS):
+                n = per if i < COMMITS - 1 else args.rows - per * (COMMITS - 1)
+                table.append(make_rows(i * per, n))
+            files = [str(p) for p in table.files()["path"].to_pylist()]
+            files = [f if os.path.isabs(f) else os.path.join(table.location, f) for f in files]
+            total = int(sum(table.files()["file_size"].to_pylist()))
+            split_bytes = max(1, total // (2 * COMMITS))  # about one split per file
+            print(f"{args.rows:,} rows in {len(files)} files ({total / 1e6:.0f} MB), "
+                  f"{len(table.scan().plan(split_bytes))} splits; medians of {args.runs} runs")
+            results = []
+            t_ours, t_theirs = bench_dask(table, files, split_bytes, args.runs)
+            results.append(("Dask group-by sum", "to_dask()", t_ours, "read_parquet", t_theirs,
+                            0.8))
+            results += bench_torch(table, files, split_bytes, args.rows, args.runs)
+            t_ours, t_theirs = bench_flight(lake_dir, table, split_bytes, args.rows, args.runs)
+            results.append(("Flight read", "do_get over localhost", t_ours,
+                            "to_arrow() in-process", t_theirs, 0.5))
+        print(f"{'what':<20} {'arrowlake':<36} {'s':>7} {'Mrows/s':>8}   "
+              f"{'baseline':<28} {'s':>7} {'Mrows/s':>8}  {'ratio':>6}  target")
+        for what, ours, t_o, base, t_b, target in results:
+            ratio = t_b / t_o
+            mark = "ok" if ratio >= target else "MISSED"
+            print(f"{what:<20} {ours:<36} {t_o:7.2f} {args.rows / t_o / 1e6:8.1f}   "
+                  f"{base:<28} {t_b:7.2f} {args.rows / t_b / 1e6:8.1f}  {ratio:5.2f}x  "
+                  f">= {target}x {mark}")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,354 @@
+"""An Arrow Flight server over a lake: ``arrowlake serve``.
+
+Any Arrow Flight client (C++, Java, Go, Rust, Python, ...) reads and writes tables:
+
+- ``get_flight_info(descriptor)`` plans a scan and returns one endpoint per split. The
+  descriptor is a command, JSON ``{"table": "shop.orders", "filter": "amount > 10",
+  "columns": ["order_id"], "snapshot": 12}`` (all but ``table`` optional), or a path
+  (``["shop.orders"]`` or ``["shop", "orders"]``) for the whole table. Every endpoint reads the
+  same snapshot (the current one unless ``snapshot`` is given).
+- ``do_get(ticket)`` streams one endpoint's split. Tickets are JSON naming the scan and the
+  split's files; the server re-plans from it (plans are cached), so tickets stay valid across
+  server restarts while the snapshot lives.
+- ``do_put(descriptor, stream)`` writes the stream in one commit: the command is JSON
+  ``{"table": "...", "mode": "append"}`` (or ``"upsert"``); a path appends. The server answers
+  with one metadata message, JSON ``{"snapshot_id": ..., "rows": ...}``.
+- ``list_flights()`` lists the tables with their schemas; ``get_schema`` gives one.
+
+Optional bearer-token authentication (``Authorization: Bearer <token>``, tokens one per line
+in a file), TLS with a certificate and key, and errors that reach the client as Flight errors
+carrying arrowlake's message. SIGTERM and SIGINT shut the server down gracefully: running
+calls finish, new ones are refused.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import signal
+import sys
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO, TypeVar
+
+import pyarrow as pa
+
+from arrowlake.errors import ArrowlakeError, NotFound, SnapshotNotFound, ValidationError, require
+from arrowlake.lake import Lake
+from arrowlake.scan.split import Split
+
+__all__ = ["DEFAULT_PORT", "ScanRequest", "read_tokens", "serve", "server"]
+
+DEFAULT_PORT = 8815
+_SCAN_KEYS = {"table", "filter", "columns", "snapshot", "split_bytes"}
+_PUT_KEYS = {"table", "mode"}
+_PUT_MODES = ("append", "upsert")
+_PLAN_CACHE = 64  # plans kept for do_get
+
+
+def _flight() -> Any:
+    return require("pyarrow.flight", "flight", "arrowlake serve (Arrow Flight)")
+
+
+# -- requests -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ScanRequest:
+    """What a ``get_flight_info`` command asks for (hashable: the plan cache's key)."""
+
+    table: str
+    filter: str | None = None
+    columns: tuple[str, ...] | None = None
+    snapshot: int | None = None
+    split_bytes: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"table": self.table}
+        if self.filter is not None:
+            out["filter"] = self.filter
+        if self.columns is not None:
+            out["columns"] = list(self.columns)
+        if self.snapshot is not None:
+            out["snapshot"] = self.snapshot
+        if self.split_bytes is not None:
+            out["split_bytes"] = self.split_bytes
+        return out
+
+
+def _json_object(raw: bytes, what: str, allowed: set[str]) -> dict[str, Any]:
+    try:
+        value = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValidationError(f"The {what} must be a JSON object, like "
+                              f'{{"table": "shop.orders"}}: {exc}') from None
+    if not isinstance(value, dict):
+        raise ValidationError(f"The {what} must be a JSON object, got {type(value).__name__}")
+    unknown = set(value) - allowed
+    if unknown:
+        raise ValidationError(f"Unknown keys {sorted(unknown)} in the {what}; allowed: "
+                              f"{sorted(allowed)}")
+    if not isinstance(value.get("table"), str):
+        raise ValidationError(f'The {what} needs "table": "namespace.table"')
+    return value
+
+
+def _optional(value: dict[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
+    got = value.get(key)
+    if got is not None and (not isinstance(got, kind) or isinstance(got, bool)):
+        raise ValidationError(f'"{key}" has the wrong type ({type(got).__name__})')
+    return got
+
+
+def scan_request(raw: bytes) -> ScanRequest:
+    """A command's JSON as a :class:`ScanRequest`."""
+    value = _json_object(raw, "scan command", _SCAN_KEYS)
+    columns = _optional(value, "columns", list)
+    if columns is not None and not all(isinstance(c, str) for c in columns):
+        raise ValidationError('"columns" must be a list of column names')
+    return ScanRequest(value["table"], _optional(value, "filter", str),
+                       tuple(columns) if columns is not None else None,
+                       _optional(value, "snapshot", int), _optional(value, "split_bytes", int))
+
+
+def _path_table(path: Sequence[bytes | str]) -> str:
+    parts = [p.decode("utf-8") if isinstance(p, bytes) else p for p in path]
+    if len(parts) in (1, 2):
+        return ".".join(parts)
+    raise ValidationError(f"A path descriptor names a table: ['ns.table'] or ['ns', 'table'], "
+                          f"got {parts}")
+
+
+def read_tokens(path: str | Path) -> list[str]:
+    """The bearer tokens in a file: one per line; blank lines and ``#`` comments are skipped."""
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    tokens = [line.strip() for line in lines if line.strip() and not line.strip().startswith("#")]
+    if not tokens:
+        raise ValidationError(f"The token file {str(path)!r} holds no tokens (one per line)")
+    return tokens
+
+
+# -- errors ---------------------------------------------------------------------------------------
+
+_R = TypeVar("_R")
+
+
+def _flight_error(exc: BaseException) -> BaseException:
+    """The Flight error the client sees for ``exc``: our message, and the error's class name
+    in ``extra_info`` (``b"TableNotFound"``), without the server's traceback."""
+    fl = _flight()
+    name = type(exc).__name__
+    if isinstance(exc, ArrowlakeError):
+        return fl.FlightServerError(f"{name}: {exc}", name.encode())
+    return fl.FlightInternalError(f"{name}: {exc}", name.encode())
+
+
+def _answering(func: Callable[..., _R]) -> Callable[..., _R]:
+    """Turns the errors a handler raises into Flight errors carrying their message."""
+
+    def handler(*args: Any, **kwargs: Any) -> _R:
+        fl = _flight()
+        try:
+            return func(*args, **kwargs)
+        except fl.FlightError:
+            raise
+        except Exception as exc:
+            raise _flight_error(exc) from None
+
+    handler.__name__ = func.__name__
+    handler.__doc__ = func.__doc__
+    return handler
+
+
+def _streamed(split: Split) -> Iterator[pa.RecordBatch]:
+    """The split's batches; an error while streaming reaches the client like any other."""
+    try:
+        yield from split.to_batches()
+    except Exception as exc:
+        raise _flight_error(exc) from None
+
+
+# -- the server -----------------------------------------------------------------------------------
+
+
+class _Plans:
+    """Planned scans by request, for ``do_get`` (least recently used are dropped)."""
+
+    def __init__(self, lake: Lake, size: int = _PLAN_CACHE) -> None:
+        self.lake = lake
+        self.size = size
+        self._plans: OrderedDict[ScanRequest, tuple[pa.Schema, list[Split]]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def plan(self, request: ScanRequest) -> tuple[ScanRequest, pa.Schema, list[Split]]:
+        """The request pinned to a snapshot, the scan's schema and its splits."""
+        with self._lock:
+            if request.snapshot is not None and request in self._plans:
+                self._plans.move_to_end(request)
+                return (request, *self._plans[request])
+        table = self.lake.table(request.table)
+        scan = table.scan(request.filter, list(request.columns) if request.columns else None,
+                          snapshot=request.snapshot)
+        pinned = request if scan.snapshot_id is None else \
+            ScanRequest(request.table, request.filter, request.columns, scan.snapshot_id,
+                        request.split_bytes)
+        splits = scan.plan(request.split_bytes)
+        with self._lock:
+            self._plans[pinned] = (scan.schema, splits)
+            while len(self._plans) > self.size:
+                self._plans.popitem(last=False)
+        return pinned, scan.schema, splits
+
+
+def _ticket(request: ScanRequest, split: Split) -> bytes:
+    body = request.to_json()
+    body["files"] = [f.file_id for f in split.files]
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def _server_class() -> type:
+    fl = _flight()
+
+    class TokenAuth(fl.ServerMiddlewareFactory):  # type: ignore[name-defined]
+        """Refuses calls without ``Authorization: Bearer <one of the tokens>``."""
+
+        def __init__(self, tokens: Sequence[str]) -> None:
+            super().__init__()
+            self.tokens = [t.encode() for t in tokens]
+
+        def start_call(self, info: Any, headers: dict[str, list[Any]]) -> None:
+            for value in headers.get("authorization", []):
+                text = value.decode() if isinstance(value, bytes) else str(value)
+                scheme, _, token = text.partition(" ")
+                if scheme.lower() == "bearer" and any(
+                        hmac.compare_digest(token.strip().encode(), t) for t in self.tokens):
+                    return None
+            raise fl.FlightUnauthenticatedError(
+                "A valid bearer token is required: send the header 'authorization: Bearer "
+                "<token>' with one of the server's tokens")
+
+    class LakeFlightServer(fl.FlightServerBase):  # type: ignore[name-defined]
+        """Serves the tables of one lake (see the module docs)."""
+
+        def __init__(self, lake: Lake, location: str, tokens: Sequence[str] | None = None,
+                     tls_certificates: Sequence[tuple[bytes, bytes]] | None = None) -> None:
+            middleware = {"auth": TokenAuth(tokens)} if tokens else None
+            super().__init__(location, middleware=middleware,
+                             tls_certificates=list(tls_certificates or []))
+            self.lake = lake
+            self.plans = _Plans(lake)
+
+        def _request(self, descriptor: Any) -> ScanRequest:
+            if descriptor.descriptor_type == fl.DescriptorType.CMD:
+                return scan_request(descriptor.command)
+            return ScanRequest(_path_table(descriptor.path))
+
+        @_answering
+        def get_flight_info(self, context: Any, descriptor: Any) -> Any:
+            pinned, schema, splits = self.plans.plan(self._request(descriptor))
+            endpoints = [fl.FlightEndpoint(_ticket(pinned, s), []) for s in splits]
+            return fl.FlightInfo(schema, descriptor, endpoints, -1,
+                                 sum(s.size_bytes for s in splits))
+
+        @_answering
+        def get_schema(self, context: Any, descriptor: Any) -> Any:
+            request = self._request(descriptor)
+            table = self.lake.table(request.table)
+            scan = table.scan(request.filter, list(request.columns) if request.columns else None,
+                              snapshot=request.snapshot)
+            return fl.SchemaResult(scan.schema)
+
+        @_answering
+        def do_get(self, context: Any, ticket: Any) -> Any:
+            body = _json_object(ticket.ticket, "ticket", _SCAN_KEYS | {"files"})
+            files = body.pop("files", None)
+            if not isinstance(files, list):
+                raise ValidationError("The ticket names no files; use the tickets "
+                                      "get_flight_info returns")
+            request = scan_request(json.dumps(body).encode())
+            if request.snapshot is None:  # a table with no snapshot yet: nothing to read
+                return fl.RecordBatchStream(self.plans.plan(request)[1].empty_table())
+            _, schema, splits = self.plans.plan(request)
+            for split in splits:
+                if [f.file_id for f in split.files] == files:
+                    reader = pa.RecordBatchReader.from_batches(schema, _streamed(split))
+                    return fl.RecordBatchStream(reader)
+            raise SnapshotNotFound(
+                f"The ticket's split of '{request.table}' is not in snapshot "
+                f"{request.snapshot} any more (expired?); call get_flight_info again")
+
+        @_answering
+        def do_put(self, context: Any, descriptor: Any, reader: Any, writer: Any) -> None:
+            if descriptor.descriptor_type == fl.DescriptorType.CMD:
+                body = _json_object(descriptor.command, "write command", _PUT_KEYS)
+                name, mode = body["table"], body.get("mode", "append")
+            else:
+                name, mode = _path_table(descriptor.path), "append"
+            if mode not in _PUT_MODES:
+                raise ValidationError(f"Unknown write mode {mode!r}; use one of "
+                                      f"{', '.join(_PUT_MODES)}")
+            table = self.lake.table(name)
+            stream = reader.to_reader()
+            result = table.upsert(stream) if mode == "upsert" else table.append(stream)
+            answer = {"snapshot_id": result.snapshot_id,
+                      "rows": result.added_rows, "table": table.name}
+            writer.write(pa.py_buffer(json.dumps(answer).encode()))
+
+        @_answering
+        def list_flights(self, context: Any, criteria: bytes) -> Iterator[Any]:
+            for name in self.lake.tables():
+                try:
+                    schema = self.lake.table(name).schema
+                except NotFound:  # dropped meanwhile
+                    continue
+                descriptor = fl.FlightDescriptor.for_path(name)
+                yield fl.FlightInfo(schema, descriptor, [], -1, -1)
+
+    return LakeFlightServer
+
+
+def server(lake: Lake, host: str = "127.0.0.1", port: int = DEFAULT_PORT, *,
+           tokens: Sequence[str] | None = None, tls_cert: str | Path | None = None,
+           tls_key: str | Path | None = None) -> Any:
+    """A running Flight server over ``lake`` (``port=0`` picks a free port: see ``.port``)."""
+    if (tls_cert is None) != (tls_key is None):
+        raise ValidationError("TLS needs both a certificate and its key (--tls-cert and "
+                              "--tls-key)")
+    certificates = None
+    scheme = "grpc+tcp"
+    if tls_cert is not None and tls_key is not None:
+        certificates = [(Path(tls_cert).read_bytes(), Path(tls_key).read_bytes())]
+        scheme = "grpc+tls"
+    return _server_class()(lake, f"{scheme}://{host}:{port}", tokens=tokens,
+                           tls_certificates=certificates)
+
+
+def serve(lake: Lake, host: str = "127.0.0.1", port: int = DEFAULT_PORT, *,
+          tokens: Sequence[str] | None = None, tls_cert: str | Path | None = None,
+          tls_key: str | Path | None = None, out: TextIO | None = None) -> None:
+    """Serve ``lake`` until SIGTERM or SIGINT, then shut down gracefully.
+
+    The first line written to ``out`` (stdout) is the location clients connect to.
+    """
+    running = server(lake, host, port, tokens=tokens, tls_cert=tls_cert, tls_key=tls_key)
+    scheme = "grpc+tls" if tls_cert is not None else "grpc"
+    out = out if out is not None else sys.stdout
+    out.write(f"{scheme}://{host}:{running.port}\n")
+    out.flush()
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: Any) -> None:
+        stop.set()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        while not stop.wait(0.2):
+            pass
+    finally:
+        running.shutdown()  # refuses new calls, waits for running ones
+        running.wait()
+        for s, handler in previous.items():
+            signal.signal(s, handler)

@@ -1,0 +1,29 @@
+"""Engine adapters for :class:`~arrowlake.scan.scan.Scan` (``to_dask``, ``to_torch``, ...).
+
+The adapters live in the top layer (:mod:`arrowlake.dask`, :mod:`arrowlake.torch`), above the
+table and streaming layers they also serve; ``Scan`` sits below them and may not import them.
+Each adapter module registers its entry points here when it is imported, which
+``import arrowlake`` always does (importing any ``arrowlake.*`` module runs the package's
+``__init__`` first). Registering imports no optional package: the adapters import dask or
+torch only when called.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+_ADAPTERS: dict[str, Callable[..., Any]] = {}
+
+
+def register_adapter(name: str, func: Callable[..., Any]) -> None:
+    """Install ``func`` as the implementation of the entry point ``name`` (e.g. ``"dask"``)."""
+    _ADAPTERS[name] = func
+
+
+def adapter(name: str) -> Callable[..., Any]:
+    """The implementation registered as ``name``."""
+    func = _ADAPTERS.get(name)
+    if func is None:  # only if arrowlake's __init__ was bypassed
+        raise RuntimeError(f"No '{name}' adapter is registered: import arrowlake first")
+    return func

@@ -1,0 +1,258 @@
+"""Arrow Flight: ``arrowlake serve`` in its own process, clients in this one (and another)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.flight as fl
+import pytest
+
+import arrowlake as al
+from tests.engines.conftest import EVENTS_SCHEMA, events_data, fill_append_table, fill_pk_table
+
+TOKEN = "s3cret-token"
+AUTH = fl.FlightCallOptions(headers=[(b"authorization", f"Bearer {TOKEN}".encode())])
+SRC = str(Path(al.__file__).parent.parent)
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")])}
+
+
+class Server:
+    def __init__(self, lake_dir: Path, *extra: str) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "arrowlake.cli.main", "--lake", str(lake_dir), "serve",
+             "--port", "0", *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=_env())
+        assert self.process.stdout is not None
+        self.location = self.process.stdout.readline().strip()
+        assert self.location.startswith(("grpc://127.0.0.1:", "grpc+tls://127.0.0.1:")), \
+            self.process.stderr.read()
+
+    def client(self, **options: object) -> fl.FlightClient:
+        return fl.connect(self.location, **options)
+
+    def stop(self) -> int:
+        self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Server]]:
+    """A lake with an append and a primary-key table, served with a token."""
+    lake_dir = tmp_path_factory.mktemp("flight") / "lake"
+    with al.connect(lake_dir) as lake:
+        fill_append_table(lake)
+        fill_pk_table(lake)
+        lake.create_table("shop.sink", EVENTS_SCHEMA)
+        lake.create_table("shop.keyed_sink", EVENTS_SCHEMA, primary_key=["id"], buckets=2)
+        big = lake.create_table("shop.big", pa.schema([("v", pa.int64())]))
+        big.append(pa.table({"v": np.arange(2_000_000, dtype=np.int64)}))
+    tokens = lake_dir.parent / "tokens.txt"
+    tokens.write_text(f"# one per line\n{TOKEN}\nanother\n")
+    server = Server(lake_dir, "--token-file", str(tokens))
+    yield lake_dir, server
+    assert server.stop() == 0  # SIGTERM: a graceful shutdown, exit status 0
+
+
+def _command(**body: object) -> fl.FlightDescriptor:
+    return fl.FlightDescriptor.for_command(json.dumps(body).encode())
+
+
+def _read(client: fl.FlightClient, descriptor: fl.FlightDescriptor) -> pa.Table:
+    info = client.get_flight_info(descriptor, AUTH)
+    return pa.concat_tables([client.do_get(ep.ticket, AUTH).read_all() for ep in info.endpoints])
+
+
+def test_a_primary_key_table_is_read_with_a_filter_like_to_arrow(served):
+    lake_dir, server = served
+    client = server.client()
+    descriptor = _command(table="shop.orders", filter="x >= 100 and y > 0",
+                          columns=["id", "y", "customer"], split_bytes=1)
+    info = client.get_flight_info(descriptor, AUTH)
+    assert len(info.endpoints) > 1  # one endpoint per split
+    assert info.schema.names == ["id", "y", "customer"]
+    got = _read(client, descriptor)
+    with al.connect(lake_dir) as lake:
+        expected = lake.table("shop.orders").scan(
+            filter="x >= 100 and y > 0", columns=["id", "y", "customer"]).to_arrow()
+    assert got.num_rows == expected.num_rows > 0
+    assert got.sort_by("id").equals(expected.sort_by("id"))
+
+
+def test_path_descriptors_snapshots_and_listing(served):
+    lake_dir, server = served
+    client = server.client()
+    with al.connect(lake_dir) as lake:
+        table = lake.table("shop.events")
+        first = int(table.snapshots()["snapshot_id"][0].as_py())
+        expected_then = table.scan(snapshot=first).to_arrow()
+        expected_now = table.to_arrow()
+    assert _read(client, fl.FlightDescriptor.for_path("shop", "events")).sort_by("id").equals(
+        expected_now.sort_by("id"))
+    assert _read(client, _command(table="shop.events", snapshot=first)).sort_by("id").equals(
+        expected_then.sort_by("id"))
+    listed = {tuple(i.descriptor.path): i.schema for i in client.list_flights(options=AUTH)}
+    assert listed[(b"shop.events",)].names == EVENTS_SCHEMA.names
+    assert {b"shop.orders", b"shop.big"} <= {p[0] for p in listed}
+
+
+def test_do_put_appends_and_upserts_in_one_commit(served):
+    lake_dir, server = served
+    client = server.client()
+
+    def put(descriptor: fl.FlightDescriptor, data: pa.Table) -> dict:
+        writer, reader = client.do_put(descriptor, data.schema, AUTH)
+        for batch in data.to_batches(max_chunksize=100):  # several messages, one commit
+            writer.write_batch(batch)
+        writer.done_writing()
+        answer = json.loads(reader.read().to_pybytes())
+        writer.close()
+        return answer
+
+    answer = put(fl.FlightDescriptor.for_path("shop.sink"), events_data(0, 450))
+    assert answer["rows"] == 450
+    put(_command(table="shop.keyed_sink", mode="upsert"), events_data(0, 300))
+    changed = events_data(200, 300)
+    put(_command(table="shop.keyed_sink", mode="upsert"),
+        changed.set_column(2, "y", pa.array(np.full(300, -1, np.int32))))
+    with al.connect(lake_dir) as lake:
+        sink = lake.table("shop.sink")
+        assert sink.snapshots().num_rows == 1
+        assert sink.to_arrow().sort_by("id").equals(events_data(0, 450))
+        keyed = lake.table("shop.keyed_sink")
+        assert keyed.snapshots().num_rows == 2
+        rows = keyed.to_arrow().sort_by("id")
+        assert rows["id"].to_pylist() == list(range(500))
+        assert set(rows["y"].to_pylist()[200:]) == {-1}
+
+
+def test_a_wrong_or_missing_token_is_refused(served):
+    _, server = served
+    client = server.client()
+    wrong = fl.FlightCallOptions(headers=[(b"authorization", b"Bearer nope")])
+    for options in (wrong, fl.FlightCallOptions()):
+        with pytest.raises(fl.FlightUnauthenticatedError, match="bearer token"):
+            client.get_flight_info(fl.FlightDescriptor.for_path("shop.events"), options)
+        with pytest.raises(fl.FlightUnauthenticatedError):
+            list(client.list_flights(options=options))
+    with pytest.raises(fl.FlightUnauthenticatedError):
+        writer, _ = client.do_put(fl.FlightDescriptor.for_path("shop.sink"), EVENTS_SCHEMA,
+                                  wrong)
+        writer.write_table(events_data(0, 10))
+        writer.close()
+
+
+def test_errors_reach_the_client_with_our_message(served):
+    _, server = served
+    client = server.client()
+    cases = [
+        (_command(table="shop.missing"), "TableNotFound: .*shop.missing"),
+        (_command(table="shop.events", filter="nope > 1"), "ColumnNotFound: .*nope"),
+        (_command(table="shop.events", filter="x >"), "FilterSyntaxError"),
+        (_command(tabel="shop.events"), r"Unknown keys \['tabel'\]"),
+        (fl.FlightDescriptor.for_command(b"not json"), "must be a JSON object"),
+    ]
+    for descriptor, message in cases:
+        with pytest.raises(fl.FlightServerError, match=message) as info:
+            client.get_flight_info(descriptor, AUTH)
+        assert "Traceback" not in str(info.value)
+    with pytest.raises(fl.FlightServerError, match="Unknown write mode 'merge'"):
+        writer, _ = client.do_put(_command(table="shop.sink", mode="merge"), EVENTS_SCHEMA, AUTH)
+        writer.write_table(events_data(0, 10))
+        writer.close()
+
+
+def test_the_server_survives_a_client_that_disconnects_mid_stream(served):
+    _, server = served
+    info = server.client().get_flight_info(_command(table="shop.big"), AUTH)
+    (endpoint,) = info.endpoints
+    # Another process starts reading the 2,000,000 rows and dies after the first batch.
+    script = textwrap.dedent(f"""
+        import os, pyarrow.flight as fl
+        client = fl.connect({server.location!r})
+        options = fl.FlightCallOptions(headers=[(b"authorization", b"Bearer {TOKEN}")])
+        reader = client.do_get(fl.Ticket({endpoint.ticket.ticket!r}), options)
+        reader.read_chunk()
+        print("read one batch", flush=True)
+        os._exit(0)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60, env=_env())
+    assert done.stdout.strip() == "read one batch", done.stderr
+    assert server.process.poll() is None
+    # The server still answers, the same stream included.
+    client = server.client()
+    assert client.do_get(endpoint.ticket, AUTH).read_all().num_rows == 2_000_000
+    assert _read(client, fl.FlightDescriptor.for_path("shop.events")).num_rows > 0
+
+
+def test_serve_refuses_an_empty_token_file_and_a_missing_lake(tmp_path):
+    lake_dir = tmp_path / "lake"
+    al.connect(lake_dir).close()
+    empty = tmp_path / "tokens.txt"
+    empty.write_text("\n# nothing\n")
+    cli = [sys.executable, "-m", "arrowlake.cli.main"]
+    done = subprocess.run([*cli, "--lake", str(lake_dir), "serve", "--port", "0",
+                           "--token-file", str(empty)], capture_output=True, text=True,
+                          timeout=60, env=_env())
+    assert done.returncode == 2 and "holds no tokens" in done.stderr
+    done = subprocess.run([*cli, "--lake", str(tmp_path / "nowhere"), "serve", "--port", "0"],
+                          capture_output=True, text=True, timeout=60, env=_env())
+    assert done.returncode == 2 and "No lake at" in done.stderr
+
+
+def _self_signed(tmp_path: Path) -> tuple[Path, Path]:
+    import datetime as dt
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = dt.datetime.now(dt.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=5))
+            .not_valid_after(now + dt.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName(
+                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                critical=False)
+            .sign(key, hashes.SHA256()))
+    cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                           serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return cert_path, key_path
+
+
+def test_tls_with_a_certificate(tmp_path):
+    lake_dir = tmp_path / "lake"
+    with al.connect(lake_dir) as lake:
+        expected = fill_append_table(lake, commits=2).to_arrow()
+    cert, key = _self_signed(tmp_path)
+    server = Server(lake_dir, "--tls-cert", str(cert), "--tls-key", str(key))
+    try:
+        assert server.location.startswith("grpc+tls://")
+        client = server.client(tls_root_certs=cert.read_bytes())
+        got = _read(client, fl.FlightDescriptor.for_path("shop.events"))
+        assert got.sort_by("id").equals(expected.sort_by("id"))
+        with pytest.raises(fl.FlightUnavailableError):  # plain text is not accepted
+            fl.connect(server.location.replace("grpc+tls", "grpc")).get_flight_info(
+                fl.FlightDescriptor.for_path("shop.events"))
+    finally:
+        assert server.stop() == 0

@@ -1,0 +1,215 @@
+"""PyTorch: datasets share splits out among DataLoader workers and distributed ranks."""
+
+from __future__ import annotations
+
+import pickle
+import sys
+import threading
+import time
+import warnings
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+import arrowlake as al
+from arrowlake.errors import MissingDependency, ValidationError
+from arrowlake.torch import to_tensors
+from tests.engines.conftest import events_data, fill_append_table, fill_pk_table
+
+WORKERS = 4
+RANKS = 2
+
+
+def _ids(dataset, workers: int = WORKERS) -> np.ndarray:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # more workers than this machine's cores
+        loader = DataLoader(dataset, batch_size=None, num_workers=workers)
+        return np.concatenate([np.empty(0, np.int64)]
+                              + [batch["id"].numpy() for batch in loader])
+
+
+def _epoch(table: al.Table, epoch: int, seed: int) -> list[np.ndarray]:
+    """The ids each simulated rank reads in ``epoch``, through a 4-worker DataLoader."""
+    out = []
+    for rank in range(RANKS):
+        ds = table.scan(columns=["id", "x", "y"]).to_torch(
+            batch_size=64, shuffle_buffer=300, seed=seed, rank=rank, world_size=RANKS,
+            split_bytes=1)
+        ds.set_epoch(epoch)
+        out.append(_ids(ds))
+    return out
+
+
+def test_workers_and_ranks_read_every_row_once_per_epoch(sqlite_lake):
+    table = fill_append_table(sqlite_lake, commits=12, rows=200)
+    n = table.count()
+    assert len(table.scan().plan(1)) >= RANKS * WORKERS
+    orders = []
+    for epoch in range(2):
+        per_rank = _epoch(table, epoch, seed=11)
+        everything = np.concatenate(per_rank)
+        assert len(everything) == n  # every row once: no row twice, none missing
+        assert np.array_equal(np.sort(everything), np.arange(n))
+        assert not set(per_rank[0]) & set(per_rank[1])  # the ranks' shares are disjoint
+        assert all(len(ids) > n // 4 for ids in per_rank)  # and both do real work
+        orders.append(everything)
+    assert not np.array_equal(orders[0], orders[1])  # a new shuffle every epoch
+    assert not np.array_equal(orders[0], np.sort(orders[0]))
+    # The same seed gives the same epochs, row for row; another seed another order.
+    assert np.array_equal(np.concatenate(_epoch(table, 1, seed=11)), orders[1])
+    assert not np.array_equal(np.concatenate(_epoch(table, 1, seed=12)), orders[1])
+
+
+def test_a_dataset_used_in_one_process_reshuffles_every_epoch(sqlite_lake):
+    table = fill_append_table(sqlite_lake, commits=6, rows=100)
+    ds = table.scan(columns=["id"]).to_torch(batch_size=50, seed=3, split_bytes=1)
+    first, second = _ids(ds, workers=0), _ids(ds, workers=0)
+    assert sorted(first) == sorted(second) == list(range(table.count()))
+    assert not np.array_equal(first, second)
+
+
+def test_without_set_epoch_a_dataloader_still_reshuffles_every_epoch(sqlite_lake):
+    table = fill_append_table(sqlite_lake, commits=6, rows=100)
+    ds = table.scan(columns=["id"]).to_torch(batch_size=50, seed=3, split_bytes=1)
+    torch.manual_seed(0)
+    first, second = _ids(ds, workers=2), _ids(ds, workers=2)  # new worker processes each time
+    assert sorted(first) == sorted(second) == list(range(table.count()))
+    assert not np.array_equal(first, second)
+    torch.manual_seed(0)  # the DataLoader's base seeds repeat, and with them the epochs
+    assert np.array_equal(_ids(ds, workers=2), first)
+
+
+def test_a_source_of_splits_as_they_come_is_shared_out_in_arrival_order(sqlite_lake):
+    """What Stream.to_torch builds on: every reader keeps every n-th split that arrives."""
+    table = fill_append_table(sqlite_lake, commits=9, rows=120)
+    snapshots = table.snapshots()["snapshot_id"].to_pylist()
+
+    def changes():  # the rows each commit added, split by split, like a stream's changes
+        before: set[int] = set()
+        for snapshot in snapshots:
+            scan = table.scan(columns=["id"], snapshot=snapshot)
+            for split in scan.plan(1):
+                ids = frozenset(f.file_id for f in split.files)
+                if not ids <= before:
+                    before |= ids
+                    yield split
+
+    seen = []
+    for rank in range(RANKS):
+        ds = al.torch.dataset(changes, table.scan(columns=["id"]).schema, batch_size=32,
+                              shuffle=False, rank=rank, world_size=RANKS, seed=1)
+        seen.append(_ids(ds, workers=2))
+    everything = np.concatenate(seen)
+    assert np.array_equal(np.sort(everything), np.arange(table.count()))
+    assert not set(seen[0]) & set(seen[1])
+
+
+def test_primary_key_tables_are_read_merged(sqlite_lake):
+    table = fill_pk_table(sqlite_lake)
+    expected = table.scan(columns=["id", "y"]).to_arrow().sort_by("id")
+    ds = table.scan(columns=["id", "y"]).to_torch(batch_size=128, seed=1, split_bytes=1)
+    rows = {}
+    for batch in DataLoader(ds, batch_size=None, num_workers=2):
+        rows.update(zip(batch["id"].tolist(), batch["y"].tolist(), strict=True))
+    assert len(rows) == expected.num_rows
+    assert rows == dict(zip(expected["id"].to_pylist(), expected["y"].to_pylist(), strict=True))
+
+
+def test_batches_are_exact_and_drop_last_drops_the_short_one(sqlite_lake):
+    table = fill_append_table(sqlite_lake, commits=3, rows=100)  # 100 + 101 + 102 rows
+    full = table.scan(columns=["id"]).to_torch(batch_size=40, shuffle=False)
+    sizes = [len(b["id"]) for b in full]
+    assert sizes == [40] * 7 + [23]
+    dropped = table.scan(columns=["id"]).to_torch(batch_size=40, drop_last=True, shuffle=False)
+    assert [len(b["id"]) for b in dropped] == [40] * 7
+
+
+def test_tensors_have_the_columns_types_and_share_arrows_memory(sqlite_lake):
+    table = fill_append_table(sqlite_lake, commits=2, rows=100)
+    ds = table.scan(columns=["id", "x", "y", "day"]).to_torch(batch_size=1000)
+    (batch,) = list(ds)
+    assert {k: v.dtype for k, v in batch.items()} == {
+        "id": torch.int64, "x": torch.float32, "y": torch.int32, "day": torch.int32}
+    assert np.array_equal(batch["x"].numpy(), (batch["id"].numpy() * 0.5).astype(np.float32))
+    arrow = pa.record_batch({"v": pa.array(np.arange(10, dtype=np.float64))}).slice(3)
+    tensor = to_tensors(arrow)["v"]
+    assert tensor.tolist() == list(range(3, 10))
+    assert tensor.data_ptr() == arrow.column(0).buffers()[1].address + 3 * 8  # no copy
+
+
+def test_arrow_output_yields_record_batches_with_any_column(sqlite_lake):
+    table = fill_append_table(sqlite_lake, commits=2, rows=100)
+    ds = table.scan(columns=["id", "customer"]).to_torch(batch_size=150, output="arrow",
+                                                         shuffle_buffer=80, seed=5)
+    batches = list(DataLoader(ds, batch_size=None, num_workers=2))
+    assert all(isinstance(b, pa.RecordBatch) for b in batches)
+    rows = pa.Table.from_batches(batches).sort_by("id")
+    assert rows.equals(table.scan(columns=["id", "customer"]).to_arrow().sort_by("id"))
+
+
+def test_columns_without_a_tensor_form_are_refused_up_front(sqlite_lake):
+    table = fill_append_table(sqlite_lake, commits=1)
+    with pytest.raises(ValidationError, match=r"customer \(string\).*output='arrow'"):
+        table.scan().to_torch()
+    with pytest.raises(ValidationError, match="seed="):
+        table.scan(columns=["id"]).to_torch(rank=0, world_size=2)
+
+
+def test_datasets_pickle_for_spawned_workers(sqlite_lake):
+    table = fill_append_table(sqlite_lake, commits=2, rows=50)
+    ds = table.scan(columns=["id"]).to_torch(batch_size=1000, seed=2)
+    copy = pickle.loads(pickle.dumps(ds))
+    assert isinstance(copy, torch.utils.data.IterableDataset)
+    assert sorted(next(iter(copy))["id"].tolist()) == list(range(101))
+
+
+def test_to_torch_without_torch_names_the_extra(sqlite_lake, monkeypatch):
+    table = fill_append_table(sqlite_lake, commits=1)
+    monkeypatch.setitem(sys.modules, "torch", None)  # as if torch were not installed
+    with pytest.raises(MissingDependency, match=r"arrowlake\[torch\]"):
+        table.scan(columns=["id"]).to_torch()
+
+
+# -- streams --------------------------------------------------------------------------------------
+
+
+def test_a_stream_to_the_latest_snapshot_gives_every_row_once(sqlite_lake):
+    table = fill_append_table(sqlite_lake, commits=9, rows=50)  # 9 changes, one split each
+    stream_opts = {"start": "earliest", "stop_at_latest": True, "columns": ["id", "y"]}
+    seen = []
+    for rank in range(RANKS):
+        stream = table.stream(**stream_opts)
+        ds = stream.to_torch(batch_size=40, rank=rank, world_size=RANKS, seed=4)
+        seen.append(_ids(ds, workers=2))
+    everything = np.concatenate(seen)
+    assert np.array_equal(np.sort(everything), np.arange(table.count()))
+    assert all(len(ids) for ids in seen)
+
+
+def test_a_live_stream_follows_the_table_as_it_grows(sqlite_lake):
+    table = fill_append_table(sqlite_lake, commits=2, rows=100)
+    start = table.count()
+    stream = table.stream(start="latest", poll_interval=0.05, columns=["id", "x"])
+    ds = stream.to_torch(batch_size=25)
+    # in_order=False: a worker with rows need not wait for one whose share has not come yet.
+    loader = DataLoader(ds, batch_size=None, num_workers=2, in_order=False, timeout=60)
+    added = 5 * 60
+
+    def grow() -> None:
+        for i in range(5):
+            time.sleep(0.1)
+            table.append(events_data(start + i * 60, 60))
+
+    writer = threading.Thread(target=grow)
+    writer.start()
+    seen: list[int] = []
+    for batch in loader:  # never ends by itself: stop once every added row arrived
+        seen.extend(batch["id"].tolist())
+        if len(seen) >= added:
+            ds.close()  # the workers stop following the stream, and the loop ends
+    writer.join()
+    assert sorted(seen) == list(range(start, start + added))  # only new rows, each once
+    stream.close()
