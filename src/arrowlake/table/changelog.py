@@ -48,7 +48,6 @@ from arrowlake.merge import ROW_KIND, RowKind
 from arrowlake.merge.bucketing import bucket_of
 from arrowlake.merge.read import Bucket, MergeSpec, merge_together
 from arrowlake.merge.runs import KIND_COLUMN, KIND_FIELD
-from arrowlake.merge.versions import take_rows
 from arrowlake.metastore.store import NewFile, SnapshotChange
 from arrowlake.scan.planning import TableView, file_schemas, file_tasks
 from arrowlake.scan.read import read_tagged
@@ -191,7 +190,9 @@ def _touched_rows(rows: pa.Table, first: str, keys: pa.Array | np.ndarray) -> pa
         at = np.searchsorted(values, keys)
         inside = at < len(values)
         at = at[inside]
-        return take_rows(rows, pa.array(at[values[at] == keys[inside]]))
+        hit = np.zeros(len(values), dtype=bool)  # a mask: filter beats take on many chunks
+        hit[at[values[at] == keys[inside]]] = True
+        return rows.filter(pa.array(hit))
     try:
         return rows.filter(pc.is_in(rows.column(first), value_set=keys))
     except pa.ArrowNotImplementedError:
