@@ -7,11 +7,12 @@ decides what change streams read for a snapshot of a primary-key table:
 - ``input``: the input rows exactly as given to ``upsert``/``write_changes``/``merge``/
   ``delete`` (duplicates and ``-U`` rows included, before the write merged repeated keys),
   one changelog file per partition and bucket, in input order.
-- ``lookup``: exact changes with before-images, computed at write time. The current rows of the
-  keys a write touches are read (only the touched buckets' runs, files pruned by key range, read
-  and merged by the ordinary merge-on-read), and again with the new runs merged in; the two are
-  compared per key, vectorized: ``+I`` new key, ``-U`` old / ``+U`` new row where any value
-  changed, ``-D`` with the deleted row's values, nothing where no value changed. Both reads use
+- ``lookup``: exact changes with before-images, computed at write time. The versions of the keys a
+  write touches are read (the new runs whole; of the committed runs only the touched buckets'
+  rows whose key the write touches, files and row groups outside the written key range pruned)
+  and merged by the table's engine without and with the new runs; the two are compared per
+  key, vectorized: ``+I`` new key, ``-U`` old / ``+U`` new row where any value
+  changed, ``-D`` with the deleted row's values, nothing where no value changed. Both merges use
   the table's merge engine, so every engine is exact (partial-update and aggregation emit the
   merged row). When another commit touching the same buckets lands first, the changelog is
   computed again on top of it before the commit (the runs are kept).
