@@ -18,7 +18,10 @@ PostgreSQL, in one run.
    2,000,000) with ``changelog_producer="lookup"`` against ``"none"``. Target <= 2x.
 
     python bench/streaming.py [--commits 200] [--rows 2000000] [--upsert-rows 200000]
-                              [--snapshots 1000] [--no-postgres]
+                              [--snapshots 1000] [--no-postgres] [--only lookup]
+
+``--only lookup`` runs part 4 alone (``--only`` takes a comma-separated list of
+``latency``, ``read``, ``catch-up``, ``lookup``).
 """
 
 from __future__ import annotations
@@ -165,6 +168,9 @@ def lookup_cost(lake: al.Lake, n_rows: int, upsert_rows: int) -> tuple[float, fl
     return out[0], out[1]
 
 
+PARTS = ("latency", "read", "catch-up", "lookup")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--commits", type=int, default=200)
@@ -172,7 +178,12 @@ def main() -> None:
     parser.add_argument("--upsert-rows", type=int, default=200_000)
     parser.add_argument("--snapshots", type=int, default=1000)
     parser.add_argument("--no-postgres", action="store_true")
+    parser.add_argument("--only", default=",".join(PARTS),
+                        help=f"comma-separated parts to run, of {', '.join(PARTS)}")
     args = parser.parse_args()
+    parts = set(args.only.split(","))
+    if parts - set(PARTS):
+        parser.error(f"--only: unknown parts {sorted(parts - set(PARTS))}; use {PARTS}")
     tmp = Path(tempfile.mkdtemp(prefix="bench-streaming-"))
     counter = iter(range(1 << 30))
     makers: dict[str, Callable[[], tuple[al.Lake, str, str]]] = {}
@@ -197,7 +208,7 @@ def main() -> None:
     try:
         for name, make in makers.items():
             print(f"== {name}")
-            for poll in (0.05, 1.0):
+            for poll in (0.05, 1.0) if "latency" in parts else ():
                 median, p99 = latency(make, args.commits, poll)
                 how = "NOTIFY" if name == "PostgreSQL" else "polling"
                 target = 0.025 if name == "PostgreSQL" else poll / 2 + 0.020
@@ -205,15 +216,20 @@ def main() -> None:
                       f"{median * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms over {args.commits} "
                       f"commits (target median <= {target * 1000:.0f} ms)")
             lake = make()[0]
-            seconds = change_read(lake, args.rows, args.upsert_rows)
-            print(f"read one {args.upsert_rows:,}-row upsert as a change: {seconds:.3f} s "
-                  "(target <= 0.1 s; pypaimon 2.1: 2.15 s, 0.14 s with Rust)")
-            each, once = catch_up(lake, args.snapshots)
-            print(f"catch up over {args.snapshots:,} snapshots: per snapshot {each:.2f} s "
-                  f"(target <= 3 s), as one catch-up change {once:.2f} s (target <= 0.5 s)")
-            none, lookup = lookup_cost(lake, args.rows, args.upsert_rows)
-            print(f"5 upserts of {args.upsert_rows:,} into {args.rows:,}: none {none:.2f} s, "
-                  f"lookup {lookup:.2f} s = {lookup / none:.2f}x (target <= 2x)")
+            if "read" in parts:
+                seconds = change_read(lake, args.rows, args.upsert_rows)
+                print(f"read one {args.upsert_rows:,}-row upsert as a change: {seconds:.3f} s "
+                      "(target <= 0.1 s; pypaimon 2.1: 2.15 s, 0.14 s with Rust)")
+            if "catch-up" in parts:
+                each, once = catch_up(lake, args.snapshots)
+                print(f"catch up over {args.snapshots:,} snapshots: per snapshot {each:.2f} s "
+                      f"(target <= 3 s), as one catch-up change {once:.2f} s "
+                      "(target <= 0.5 s)")
+            if "lookup" in parts:
+                none, lookup = lookup_cost(lake, args.rows, args.upsert_rows)
+                print(f"5 upserts of {args.upsert_rows:,} into {args.rows:,}: none "
+                      f"{none:.2f} s, lookup {lookup:.2f} s = {lookup / none:.2f}x "
+                      "(target <= 2x)")
             lake.close()
     finally:
         if server is not None:

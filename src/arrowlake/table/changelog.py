@@ -7,11 +7,12 @@ decides what change streams read for a snapshot of a primary-key table:
 - ``input``: the input rows exactly as given to ``upsert``/``write_changes``/``merge``/
   ``delete`` (duplicates and ``-U`` rows included, before the write merged repeated keys),
   one changelog file per partition and bucket, in input order.
-- ``lookup``: exact changes with before-images, computed at write time. The current rows of the
-  keys a write touches are read (only the touched buckets' runs, files pruned by key range, read
-  and merged by the ordinary merge-on-read), and again with the new runs merged in; the two are
-  compared per key, vectorized: ``+I`` new key, ``-U`` old / ``+U`` new row where any value
-  changed, ``-D`` with the deleted row's values, nothing where no value changed. Both reads use
+- ``lookup``: exact changes with before-images, computed at write time. The versions of the keys a
+  write touches are read (the new runs whole; of the committed runs only the touched buckets'
+  rows whose key the write touches, files and row groups outside the written key range pruned)
+  and merged by the table's engine without and with the new runs; the two are compared per
+  key, vectorized: ``+I`` new key, ``-U`` old / ``+U`` new row where any value
+  changed, ``-D`` with the deleted row's values, nothing where no value changed. Both merges use
   the table's merge engine, so every engine is exact (partial-update and aggregation emit the
   merged row). When another commit touching the same buckets lands first, the changelog is
   computed again on top of it before the commit (the runs are kept).
@@ -44,11 +45,13 @@ from arrowlake.io.writer import (
     close_all,
     split_by_columns,
 )
-from arrowlake.merge import ROW_KIND, SEQUENCE, RowKind
+from arrowlake.merge import ROW_KIND, RowKind
 from arrowlake.merge.bucketing import bucket_of
+from arrowlake.merge.read import Bucket, MergeSpec, merge_together
 from arrowlake.merge.runs import KIND_COLUMN, KIND_FIELD
 from arrowlake.metastore.store import NewFile, SnapshotChange
-from arrowlake.scan.planning import file_schemas, file_tasks
+from arrowlake.scan.planning import TableView, file_schemas, file_tasks
+from arrowlake.scan.read import read_tagged
 from arrowlake.scan.split import FileTask, Split
 from arrowlake.table.writes import WriteResult, _discard, _result, commit_files
 
@@ -117,7 +120,6 @@ def _write(table: Table, rows: pa.Table) -> list[NewFile]:
     return files
 
 
-# -- lookup -----------------------------------------------------------------------------------
 
 
 def _new_tasks(table: Table, runs: Sequence[NewFile], seq: int) -> list[FileTask]:
@@ -136,33 +138,97 @@ def _new_tasks(table: Table, runs: Sequence[NewFile], seq: int) -> list[FileTask
     ]
 
 
-def _merged(table: Table, base: int | None, tasks: Sequence[FileTask], expr: Expr) -> pa.Table:
-    view = table._view(base, current_schema=True)
+_Unit = tuple[int | None, int | None]  # (partition id, bucket)
+
+
+def _read_versions(view: TableView, tasks: Sequence[FileTask], expr: Expr
+                   ) -> dict[int, tuple[FileTask, pa.Table]]:
+    """Every row of ``tasks`` matching ``expr`` (key columns only: pushed down, row groups
+    pruned by their statistics), all table columns plus the stored row kind, per file."""
     if not tasks:
-        return view.schema.empty_table()
-    schemas = {sid: s.append(KIND_FIELD) for sid, s in file_schemas(view, tasks).items()}
-    split = Split(view.storage, tuple(tasks), schemas, view.schema, tuple(view.schema.names),
-                  expr, None, table._merge_spec(),
-                  partition_by=tuple(table._record.partition_by))
-    return split.to_arrow()
-
-
-def _stored(table: Table, base: int | None, tasks: Sequence[FileTask]) -> pa.Table:
-    """The rows of just-written runs as stored, with their row kinds in ``_row_kind``."""
-    view = table._view(base, current_schema=True)
+        return {}
     schema = view.schema.append(KIND_FIELD)
     schemas = {sid: s.append(KIND_FIELD) for sid, s in file_schemas(view, tasks).items()}
-    split = Split(view.storage, tuple(tasks), schemas, schema, tuple(schema.names),
-                  AlwaysTrue(), None, None, partition_by=tuple(table._record.partition_by))
-    rows = split.to_arrow()
-    return rows.rename_columns([ROW_KIND if c == KIND_COLUMN else c
-                                for c in rows.column_names])
+    split = Split(view.storage, tuple(tasks), schemas, schema, tuple(schema.names), expr,
+                  partition_by=tuple(view.record.partition_by), table=view.record.full_name)
+    batches: dict[int, list[pa.RecordBatch]] = {}
+    found: dict[int, FileTask] = {}
+    for task, batch in read_tagged(split):
+        batches.setdefault(task.file_id, []).append(batch)
+        found[task.file_id] = task
+    out_schema = split.output_schema()
+    return {fid: (found[fid], pa.Table.from_batches(b, schema=out_schema))
+            for fid, b in batches.items()}
+
+
+def _integer_like(t: pa.DataType) -> bool:
+    """Types whose values numpy orders as Arrow does (as integers)."""
+    return (pa.types.is_integer(t) or pa.types.is_date(t) or pa.types.is_timestamp(t)
+            or pa.types.is_time(t) or pa.types.is_duration(t))
+
+
+def _as_ints(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if not pa.types.is_integer(values.type):
+        width = values.type.bit_width
+        values = values.view(pa.int32() if width == 32 else pa.int64())
+    return np.asarray(values.to_numpy(zero_copy_only=False))
+
+
+def _touched_rows(rows: pa.Table, first: str, keys: pa.Array | np.ndarray) -> pa.Table:
+    """The rows of one run whose first key column holds one of ``keys`` (for a one-column key,
+    exactly the touched keys' versions; for a composite key a superset, which changes nothing:
+    a key the write does not touch merges to the same row before and after it)."""
+    if rows.num_rows == 0 or len(keys) == 0:
+        return rows.slice(0, 0)
+    if isinstance(keys, np.ndarray):
+        # ``keys`` sorted and unique; a run is sorted by key with unique keys, so each touched
+        # key is found by binary search in it (no hash table over the run's keys).
+        values = _as_ints(rows.column(first))
+        if len(values) > 1 and not bool(np.all(values[1:] > values[:-1])):
+            return rows.filter(pa.array(np.isin(values, keys)))  # not a sorted run
+        at = np.searchsorted(values, keys)
+        inside = at < len(values)
+        at = at[inside]
+        hit = np.zeros(len(values), dtype=bool)  # a mask: filter beats take on many chunks
+        hit[at[values[at] == keys[inside]]] = True
+        return rows.filter(pa.array(hit))
+    try:
+        return rows.filter(pc.is_in(rows.column(first), value_set=keys))
+    except pa.ArrowNotImplementedError:
+        return rows  # no kernel for the key's type: every version (a superset) is merged
+
+
+def _merge_units(spec: MergeSpec, units: dict[_Unit, list[tuple[int, pa.Table]]]
+                 ) -> pa.Table | None:
+    """Each unit's versions ``(seq, rows)`` merged by the table's engine (units apart)."""
+    buckets = []
+    for unit, parts in units.items():
+        pieces = [(seq, batch) for seq, rows in parts for batch in rows.to_batches()
+                  if batch.num_rows]
+        if pieces:
+            buckets.append(Bucket(list(unit), [b for _, b in pieces], [s for s, _ in pieces],
+                                  pieces[0][1].schema, sum(b.num_rows for _, b in pieces)))
+    if not buckets:
+        return None
+    return pa.concat_tables(merge_together(spec, buckets))
 
 
 def _pairs(left: pa.Table, right: pa.Table, key: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     """Row index pairs ``(i, j)`` with equal keys (keys are unique on each side)."""
     if left.num_rows == 0 or right.num_rows == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    if len(key) == 1:
+        # One hash lookup of each left key among the right ones (cheaper than a join).
+        try:
+            at = pc.index_in(left.column(key[0]),
+                             value_set=right.column(key[0]).combine_chunks())
+        except pa.ArrowNotImplementedError:
+            pass  # no kernel for the key's type: the join below
+        else:
+            i = np.flatnonzero(at.is_valid().to_numpy(zero_copy_only=False))
+            return i, np.asarray(at.drop_null().to_numpy(zero_copy_only=False), np.int64)
     a = left.select(list(key)).append_column(
         _INDEX, pa.array(np.arange(left.num_rows, dtype=np.int64)))
     b = right.select(list(key)).append_column(
@@ -186,52 +252,64 @@ def _same(before: pa.Table, after: pa.Table) -> np.ndarray:
     return same
 
 
-def lookup_changes(table: Table, base: int | None, rows: pa.Table,
-                   runs: Sequence[NewFile]) -> pa.Table:
+def lookup_changes(table: Table, base: int | None, runs: Sequence[NewFile]) -> pa.Table:
     """The exact changes that committing ``runs`` on top of snapshot ``base`` makes (table
-    columns + ``_row_kind`` codes), see the module docs."""
+    columns + ``_row_kind`` codes), see the module docs.
+
+    Only the touched keys' versions are read and merged: the new runs whole, and from the
+    committed runs of their buckets the rows whose key one of them writes (files and row groups
+    outside the written key range skipped by their statistics)."""
     rec = table._record
     key = list(rec.primary_key)
-    units = {(f.partition_path, f.bucket) for f in runs}
-    committed: list[FileTask] = []
-    if base is not None:
-        view = table._view(base, current_schema=True)
-        live = table._metastore.live_files(rec.table_id, base,
-                                           buckets=sorted({b for _, b in units if b is not None}))
-        if live.num_rows:
-            committed = file_tasks(view, live)
-            paths = {pid: path for pid, path, _ in table._metastore.partitions(rec.table_id)}
-            committed = [t for t in committed
-                         if (paths.get(t.partition_id) if t.partition_id is not None else None,
-                             t.bucket) in units]
-    fresh = _new_tasks(table, runs, (base or 0) + 1)
-    expr: Expr = AlwaysTrue()
-    if len(key) == 1 and rows.num_rows:
-        # Only the key range of the write: files outside it are pruned by their statistics.
-        keys = rows.column(key[0])
-        low, high = pc.min_max(keys).values()
-        expr = and_all([col(key[0]) >= low.as_py(), col(key[0]) <= high.as_py()])
-    touched = rows.select(key).group_by(key).aggregate([])
-    before = _restrict(_merged(table, base, committed, expr), touched, key)
     spec = table._merge_spec()
-    if spec is not None and spec.sequence_field is None:
-        # Merging the current rows (one version per key) with the new runs equals merging
-        # every version: what a compaction of the older runs into one relies on too. With a
-        # sequence field it does not (kept tombstones order against sequence values), so
-        # those tables read the merge of all runs again instead.
-        written = _stored(table, base, fresh)
-        written = written.append_column(SEQUENCE,
-                                        pa.array(np.ones(written.num_rows, np.int64)))
-        current = before.append_column(
-            written.schema.field(ROW_KIND), pa.array(np.zeros(before.num_rows, np.int8))
-        ).append_column(written.schema.field(SEQUENCE),
-                        pa.array(np.zeros(before.num_rows, np.int64)))
-        versions = pa.concat_tables([current.cast(written.schema), written])
-        after = spec.engine.merge(versions, key, None, False,
-                                  constant=spec.partition_by).select(before.column_names)
-    else:
-        after = _restrict(_merged(table, base, [*committed, *fresh], expr), touched, key)
-    return diff(before, after, key)
+    assert spec is not None  # a primary-key table
+    view = table._view(base, current_schema=True)
+    names = view.schema.names
+    fresh = _new_tasks(table, runs, (base or 0) + 1)
+    new = _read_versions(view, fresh, AlwaysTrue())
+    unit_of = {t.file_id: (t.partition_id, t.bucket) for t in fresh}
+    first = key[0]
+    fast = _integer_like(view.schema.field(first).type)
+    # The touched first-key values of each unit, and over all of them their range.
+    touched: dict[_Unit, Any] = {}
+    for fid, (_, rows) in new.items():
+        touched.setdefault(unit_of[fid], []).append(rows.column(first))
+    for unit, parts in touched.items():
+        column = pa.chunked_array([c for p in parts for c in p.chunks], parts[0].type)
+        if not fast:
+            touched[unit] = pc.unique(column)
+            continue
+        values = _as_ints(column)  # one run per unit is sorted with unique keys already
+        unique = len(values) < 2 or bool(np.all(values[1:] > values[:-1]))
+        touched[unit] = values if unique else np.unique(values)
+    committed: list[FileTask] = []
+    if base is not None and touched:
+        live = table._metastore.live_files(
+            rec.table_id, base, buckets=sorted({b for _, b in touched if b is not None}))
+        if live.num_rows:
+            committed = [t for t in file_tasks(view, live)
+                         if (t.partition_id, t.bucket) in touched]
+    expr: Expr = AlwaysTrue()
+    if committed:
+        # Only the written key range: files and row groups outside it are pruned by their
+        # statistics.
+        low, high = pc.min_max(pa.chunked_array(
+            [c for _, rows in new.values() for c in rows.column(first).chunks],
+            view.schema.field(first).type)).values()
+        expr = and_all([col(first) >= low.as_py(), col(first) <= high.as_py()])
+    old = _read_versions(view, committed, expr)
+    before: dict[_Unit, list[tuple[int, pa.Table]]] = {unit: [] for unit in touched}
+    for task, rows in old.values():
+        unit = (task.partition_id, task.bucket)
+        before[unit].append((task.seq_max or 0, _touched_rows(rows, first, touched[unit])))
+    after = {unit: [*parts] for unit, parts in before.items()}
+    for fid, (task, rows) in new.items():
+        after[unit_of[fid]].append((task.seq_max or 0, rows))
+    merged_before = _merge_units(spec, before)
+    merged_after = _merge_units(spec, after)
+    empty = view.schema.empty_table()
+    return diff(empty if merged_before is None else merged_before.select(names),
+                empty if merged_after is None else merged_after.select(names), key)
 
 
 def diff(before: pa.Table, after: pa.Table, key: Sequence[str]) -> pa.Table:
@@ -286,15 +364,6 @@ def full_compaction_changelog(table: Table, base: int) -> tuple[list[NewFile], d
     return files, {"changelog": "full-compaction-diff"}
 
 
-def _restrict(rows: pa.Table, keys: pa.Table, key: Sequence[str]) -> pa.Table:
-    if rows.num_rows == 0:
-        return rows
-    indexed = rows.select(list(key)).append_column(
-        _INDEX, pa.array(np.arange(rows.num_rows, dtype=np.int64)))
-    hits = indexed.join(keys, keys=list(key), join_type="left semi").column(_INDEX)
-    return rows.take(pa.array(np.sort(hits.to_numpy())))
-
-
 # -- committing -------------------------------------------------------------------------------
 
 
@@ -323,7 +392,7 @@ def commit_runs(table: Table, kind: str, base: int | None, runs: list[NewFile],
         if producer == "input":
             changes = rows
         else:
-            changes = lookup_changes(table, looked_up_at, rows, runs)
+            changes = lookup_changes(table, looked_up_at, runs)
         changelog = _write(table, changes) if changes.num_rows else []
 
         def stale(added: pa.Table, seen: int | None = looked_up_at) -> None:
