@@ -179,9 +179,10 @@ def commit_staged(table: Table, staged: Sequence[StagedWrite], mode: WriteMode =
         kind = "changes" if mode == "changes" else "upsert"
         if not files:
             return WriteResult(None, kind)
-        rows = _stored_rows(table, files) if changelog.changelog_producer(table) == "lookup" \
-            else pa.table({})
-        result = changelog.commit_runs(table, kind, table.current_snapshot_id, files, rows,
+        # A lookup changelog reads the written runs itself; only 'input' (refused above) needs
+        # the rows as given.
+        result = changelog.commit_runs(table, kind, table.current_snapshot_id, files,
+                                       pa.table({}),
                                        commit_id=commit_id)
     except BaseException:
         discard_staged(table, ordered)
@@ -213,14 +214,6 @@ def _settle_repeated_keys(table: Table, staged: Sequence[StagedWrite]) -> list[N
     if replaced:
         discard_staged(table, [StagedWrite(tuple(replaced), 0)])
     return out
-
-
-def _stored_rows(table: Table, runs: Sequence[NewFile]) -> pa.Table:
-    """The rows of written runs (table columns + ``_row_kind`` codes), for a lookup changelog,
-    which compares them with the current versions of their keys."""
-    rows = pa.concat_tables([_read_run(table, f, None) for f in runs])
-    return rows.rename_columns([pk.ROW_KIND if c == pk.KIND_COLUMN else c
-                                for c in rows.column_names])
 
 
 def _read_run(table: Table, file: NewFile, columns: list[str] | None) -> pa.Table:
