@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -64,12 +65,31 @@ _PREFETCH_ROWS = 2_000_000
 _SPLIT_BYTES = 128 * 1024 * 1024
 
 
+#: When the stream is behind, the files of the next queued snapshots are fetched with one range
+#: query for up to this many of their files (by the snapshots' recorded file counts).
+_BATCH_FILES = 20_000
+
+
 @dataclass(frozen=True)
 class _Snapshot:
     snapshot_id: int
     kind: str
     committed_at: int
     summary: dict[str, Any]
+    files: int = 0  # files the snapshot added and removed, as its row records
+
+
+def _by_snapshot(files: pa.Table, column: str, ids: Sequence[int]) -> list[pa.Table]:
+    """``files`` split into one table per snapshot id of ``ids`` (ascending) by ``column``,
+    file ids ascending within each; zero-copy slices of one sorted table."""
+    if files.num_rows == 0:
+        return [files] * len(ids)
+    files = files.sort_by([(column, "ascending"), ("file_id", "ascending")])
+    keys = files.column(column).to_numpy()
+    wanted = np.asarray(ids, dtype=np.int64)
+    starts = np.searchsorted(keys, wanted, side="left")
+    ends = np.searchsorted(keys, wanted, side="right")
+    return [files.slice(int(a), int(b - a)) for a, b in zip(starts, ends, strict=True)]
 
 
 def _bucket_predicate(shard: tuple[int, int] | None, buckets: Iterable[int] | None,
@@ -171,6 +191,9 @@ class Stream:
         self._prefetch = prefetch
         self._pool: ThreadPoolExecutor | None = None
         self._prefetched: dict[int, Future[Any]] = {}
+        # Files added and removed per queued snapshot, fetched ahead in one range query.
+        self._changed: dict[int, tuple[pa.Table, pa.Table]] = {}
+        self._changed_lock = threading.Lock()
 
     # -- start and progress ----------------------------------------------------------------
 
@@ -344,7 +367,38 @@ class Stream:
                 "the table's consumer.expiration")
         self._queue.extend(
             _Snapshot(int(r["snapshot_id"]), str(r["kind"]), int(r["committed_at"]),
-                      json.loads(r["summary"] or "{}")) for r in rows)
+                      json.loads(r["summary"] or "{}"),
+                      int(r["added_files"] or 0) + int(r["removed_files"] or 0))
+            for r in rows)
+
+    def _files_changed(self, snap: _Snapshot) -> tuple[pa.Table, pa.Table]:
+        """The files ``snap`` added and removed. When more snapshots are queued (the stream is
+        behind), one range query fetches the files of the next ones (up to ``_BATCH_FILES``
+        files) and splits them per snapshot in Arrow, instead of two queries per snapshot."""
+        sid = snap.snapshot_id
+        with self._changed_lock:
+            cached = self._changed.pop(sid, None)
+            for passed in [k for k in self._changed if k < sid]:  # skipped (no-change) ones
+                del self._changed[passed]
+            if cached is not None:
+                return cached
+            window = [sid]
+            total = snap.files
+            for nxt in list(self._queue):
+                if nxt.snapshot_id <= window[-1]:
+                    continue
+                if nxt.snapshot_id != window[-1] + 1 or total + nxt.files > _BATCH_FILES:
+                    break
+                window.append(nxt.snapshot_id)
+                total += nxt.files
+            added, removed = self._metastore.files_changed(self._table_id, sid - 1, window[-1])
+            if len(window) == 1:
+                return added, removed
+            parts = zip(_by_snapshot(added, "added_snapshot", window),
+                        _by_snapshot(removed, "removed_snapshot", window), strict=True)
+            for snapshot_id, pair in zip(window, parts, strict=True):
+                self._changed[snapshot_id] = pair
+            return self._changed.pop(sid)
 
     # -- planning ----------------------------------------------------------------------------
 
@@ -437,7 +491,7 @@ class Stream:
         if snap.kind in _NO_CHANGE_KINDS and "changelog" not in snap.summary:
             return None  # (a full compaction of a full-compaction table has a changelog)
         sid = snap.snapshot_id
-        added, removed = self._metastore.files_changed(self._table_id, sid - 1, sid)
+        added, removed = self._files_changed(snap)
         added, removed = self._prune(self._keep(added)), self._prune(self._keep(removed))
         view = self._view(sid)
         splits: list[ChangeSplit] = []
@@ -519,6 +573,8 @@ class Stream:
         for future in self._prefetched.values():
             future.cancel()
         self._prefetched.clear()
+        with self._changed_lock:
+            self._changed.clear()
         self.position = end
         if not splits:
             return None
