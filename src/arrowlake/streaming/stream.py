@@ -3,9 +3,17 @@
 A :class:`Stream` keeps a position (the last snapshot it planned). Each poll is one indexed
 range query for the snapshots after it (:meth:`Metastore.snapshots_after`); each new snapshot
 is planned into a :class:`Change` from the files it added and removed (two indexed queries),
-as picklable splits read by the ordinary split reader. Commits in this process wake the stream
-at once (:mod:`arrowlake.metastore.signals`), on PostgreSQL commits of any process do
-(``LISTEN``/``NOTIFY``); otherwise it polls every ``poll_interval`` seconds.
+as picklable splits read by the ordinary split reader. When the stream is behind, the files of
+many queued snapshots are fetched with one range query and split per snapshot in Arrow.
+
+Waiting for commits: commits in this process wake the stream at once
+(:mod:`arrowlake.metastore.signals`); so do commits of any process, on PostgreSQL through
+``LISTEN``/``NOTIFY``, on SQLite through a cheap check of the database's change counter every
+10 ms (one thread per database file), after which the stream runs its full poll.
+``poll_interval`` is the longest a stream goes without a full poll (polls start every
+``poll_interval`` seconds, the poll's own time included): it bounds how long a commit can wait
+to be seen if no signal arrives, and signals make the usual wait much shorter while costing a
+full poll only when something was committed.
 
 Consumers: with ``consumer="id"``, ``commit(snapshot_id)`` records in the metastore that the
 consumer resumes after that snapshot; a stream opened later with the same id starts there.
@@ -17,6 +25,7 @@ import asyncio
 import contextlib
 import json
 import threading
+import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
@@ -186,6 +195,9 @@ class Stream:
         releases = [signals.subscribe(self._metastore.url, self._table_id, wake)]
         if self._metastore.dialect == "postgresql":
             releases.append(signals.listen(self._metastore.url, self._metastore.engine))
+        elif self._metastore.dialect == "sqlite" and (
+                self._metastore.database_file() is not None or self._metastore.read_only):
+            releases.append(signals.watch(self._metastore.url, self._metastore.engine))
         self._release = weakref.finalize(self, _release_all, releases)
         self._release.atexit = False
         self._prefetch = prefetch
@@ -296,12 +308,14 @@ class Stream:
     def __next__(self) -> Change:
         while not self._closed:
             self._wake.clear()  # before polling: a commit from now on cuts the wait short
+            started = time.monotonic()
             change = self.poll()
             if change is not None:
                 return change
             if self.stop_at_latest:
                 break
-            self._wake.wait(self.poll_interval)
+            # Polls start every poll_interval: the poll's own time is part of the interval.
+            self._wake.wait(max(0.0, started + self.poll_interval - time.monotonic()))
         raise StopIteration
 
     def __aiter__(self) -> Stream:
@@ -319,13 +333,16 @@ class Stream:
         try:
             while not self._closed:
                 woken.clear()
+                started = time.monotonic()
                 change = await asyncio.to_thread(self.poll)
                 if change is not None:
                     return change
                 if self.stop_at_latest:
                     break
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(woken.wait(), self.poll_interval)
+                    await asyncio.wait_for(
+                        woken.wait(),
+                        max(0.0, started + self.poll_interval - time.monotonic()))
         finally:
             with self._lock:
                 self._async_wakers.remove(wake)
@@ -353,6 +370,8 @@ class Stream:
             if change is not None:
                 self._start_prefetch()
                 return change
+        with self._changed_lock:
+            self._changed.clear()  # files of trailing snapshots that changed nothing here
         return None
 
     def _fetch(self) -> None:
