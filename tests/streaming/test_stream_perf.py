@@ -13,6 +13,7 @@ import pyarrow as pa
 import pytest
 
 import arrowlake as al
+from arrowlake.metastore import signals
 from arrowlake.streaming import stream as stream_mod
 from tests.conftest import METASTORES, make_lake
 
@@ -76,6 +77,7 @@ def test_sqlite_stream_sees_another_processes_commits_long_before_poll_interval(
     lake = al.connect(path)
     t = lake.create_table("s.t", KEYED, primary_key=["k"], buckets=2)
     stream = t.stream(start="latest", poll_interval=60)  # never polls again within the test
+    watcher = signals._SQLITE_WATCHERS[lake.metastore.url]
     src = str(Path(__file__).resolve().parents[2] / "src")
     env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
     writer = subprocess.Popen([sys.executable, "-c", WRITER, str(path)], env=env)
@@ -89,4 +91,7 @@ def test_sqlite_stream_sees_another_processes_commits_long_before_poll_interval(
     assert writer.wait(60) == 0
     # Woken by the database's change counter, not by the 60 s poll.
     assert max(delays) < 2.0, delays
+    # The last stream of the database closed: its watching thread (and connection) ends.
+    watcher.join(5)
+    assert not watcher.is_alive()
     lake.close()
