@@ -3,8 +3,14 @@
 In one process, :meth:`Metastore.commit` publishes ``(metastore url, table id)`` after each
 commit and every subscribed callback runs at once. Across processes on PostgreSQL, the commit
 transaction also sends ``NOTIFY arrowlake_commit, '<table id>'``; :func:`listen` keeps one
-connection per metastore URL that ``LISTEN``\\s and republishes what arrives here. Signals only
-shorten waits: a stream that misses one still finds the commit at its next poll.
+connection per metastore URL that ``LISTEN``\\s and republishes what arrives here. SQLite has no
+notifications: :func:`watch` keeps one connection per database and reads its change counter
+(``PRAGMA data_version``, which changes when any other connection, in any process, commits)
+every ``CHECK_INTERVAL`` seconds, waking the streams of that database when it changed. That
+check reads the counter from SQLite's shared memory (no query plan, no file read), so it is
+cheap at a fine granularity; the streams then run their full poll only when something was
+committed. Signals only shorten waits: a stream that misses one still finds the commit at its
+next poll.
 """
 
 from __future__ import annotations
@@ -41,10 +47,15 @@ def subscribe(url: str, table_id: int, callback: Callable[[], None]) -> Callable
     return unsubscribe
 
 
-def publish(url: str, table_id: int) -> None:
-    """Wake every subscriber of the table in this process."""
+def publish(url: str, table_id: int | None) -> None:
+    """Wake every subscriber of the table in this process (of every table of the metastore
+    when ``table_id`` is None)."""
     with _LOCK:
-        callbacks = list(_LISTENERS.get((url, table_id), {}).values())
+        if table_id is None:
+            callbacks = [c for (u, _), subs in _LISTENERS.items() if u == url
+                         for c in subs.values()]
+        else:
+            callbacks = list(_LISTENERS.get((url, table_id), {}).values())
     for callback in callbacks:
         callback()
 
@@ -86,7 +97,69 @@ class _PgListener(threading.Thread):
                         raw.invalidate()  # LISTEN state must not go back to the pool
 
 
+#: Seconds between two checks of an SQLite database's change counter (see :func:`watch`).
+CHECK_INTERVAL = 0.01
+
+
+class _SqliteWatcher(threading.Thread):
+    """One daemon thread per SQLite metastore URL: check ``PRAGMA data_version`` every
+    ``CHECK_INTERVAL`` seconds and wake the URL's streams when it changed."""
+
+    def __init__(self, url: str, engine: Any) -> None:
+        super().__init__(name=f"arrowlake-watch-{url[:40]}", daemon=True)
+        self.url = url
+        self.engine = engine
+        self.users = 0
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            raw = None
+            try:
+                raw = self.engine.raw_connection()
+                cursor = raw.driver_connection.cursor()
+                # Outside any transaction (the engine's connections run in autocommit mode
+                # between BEGINs), so each read sees the newest committed state.
+                last = cursor.execute("PRAGMA data_version").fetchone()[0]
+                while not self.stop.wait(CHECK_INTERVAL):
+                    version = cursor.execute("PRAGMA data_version").fetchone()[0]
+                    if version != last:
+                        last = version
+                        publish(self.url, None)
+            except Exception:  # a database that cannot be opened now: try again after a pause
+                self.stop.wait(1.0)
+            finally:
+                if raw is not None:
+                    with contextlib.suppress(Exception):
+                        raw.close()
+
+
 _PG_LISTENERS: dict[str, _PgListener] = {}
+_SQLITE_WATCHERS: dict[str, _SqliteWatcher] = {}
+
+
+def watch(url: str, engine: Any) -> Callable[[], None]:
+    """Watch an SQLite metastore for commits of any connection while the returned function has
+    not been called (one thread and connection per URL, shared by the process's streams)."""
+    with _LOCK:
+        watcher = _SQLITE_WATCHERS.get(url)
+        if watcher is None:
+            watcher = _SQLITE_WATCHERS[url] = _SqliteWatcher(url, engine)
+            watcher.start()
+        watcher.users += 1
+    done = threading.Event()
+
+    def unwatch() -> None:
+        if done.is_set():
+            return
+        done.set()
+        with _LOCK:
+            watcher.users -= 1
+            if watcher.users == 0:
+                watcher.stop.set()
+                _SQLITE_WATCHERS.pop(url, None)
+
+    return unwatch
 
 
 def listen(url: str, engine: Any) -> Callable[[], None]:

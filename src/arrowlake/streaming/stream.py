@@ -3,9 +3,17 @@
 A :class:`Stream` keeps a position (the last snapshot it planned). Each poll is one indexed
 range query for the snapshots after it (:meth:`Metastore.snapshots_after`); each new snapshot
 is planned into a :class:`Change` from the files it added and removed (two indexed queries),
-as picklable splits read by the ordinary split reader. Commits in this process wake the stream
-at once (:mod:`arrowlake.metastore.signals`), on PostgreSQL commits of any process do
-(``LISTEN``/``NOTIFY``); otherwise it polls every ``poll_interval`` seconds.
+as picklable splits read by the ordinary split reader. When the stream is behind, the files of
+many queued snapshots are fetched with one range query and split per snapshot in Arrow.
+
+Waiting for commits: commits in this process wake the stream at once
+(:mod:`arrowlake.metastore.signals`); so do commits of any process, on PostgreSQL through
+``LISTEN``/``NOTIFY``, on SQLite through a cheap check of the database's change counter every
+10 ms (one thread per database file), after which the stream runs its full poll.
+``poll_interval`` is the longest a stream goes without a full poll (polls start every
+``poll_interval`` seconds, the poll's own time included): it bounds how long a commit can wait
+to be seen if no signal arrives, and signals make the usual wait much shorter while costing a
+full poll only when something was committed.
 
 Consumers: with ``consumer="id"``, ``commit(snapshot_id)`` records in the metastore that the
 consumer resumes after that snapshot; a stream opened later with the same id starts there.
@@ -17,6 +25,7 @@ import asyncio
 import contextlib
 import json
 import threading
+import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
@@ -25,6 +34,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -65,12 +75,31 @@ _PREFETCH_ROWS = 2_000_000
 _SPLIT_BYTES = 128 * 1024 * 1024
 
 
+#: When the stream is behind, the files of the next queued snapshots are fetched with one range
+#: query for up to this many of their files (by the snapshots' recorded file counts).
+_BATCH_FILES = 20_000
+
+
 @dataclass(frozen=True)
 class _Snapshot:
     snapshot_id: int
     kind: str
     committed_at: int
     summary: dict[str, Any]
+    files: int = 0  # files the snapshot added and removed, as its row records
+
+
+def _by_snapshot(files: pa.Table, column: str, ids: Sequence[int]) -> list[pa.Table]:
+    """``files`` split into one table per snapshot id of ``ids`` (ascending) by ``column``,
+    file ids ascending within each; zero-copy slices of one sorted table."""
+    if files.num_rows == 0:
+        return [files] * len(ids)
+    files = files.sort_by([(column, "ascending"), ("file_id", "ascending")])
+    keys = files.column(column).to_numpy()
+    wanted = np.asarray(ids, dtype=np.int64)
+    starts = np.searchsorted(keys, wanted, side="left")
+    ends = np.searchsorted(keys, wanted, side="right")
+    return [files.slice(int(a), int(b - a)) for a, b in zip(starts, ends, strict=True)]
 
 
 def _bucket_predicate(shard: tuple[int, int] | None, buckets: Iterable[int] | None,
@@ -167,11 +196,17 @@ class Stream:
         releases = [signals.subscribe(self._metastore.url, self._table_id, wake)]
         if self._metastore.dialect == "postgresql":
             releases.append(signals.listen(self._metastore.url, self._metastore.engine))
+        elif self._metastore.dialect == "sqlite" and (
+                self._metastore.database_file() is not None or self._metastore.read_only):
+            releases.append(signals.watch(self._metastore.url, self._metastore.engine))
         self._release = weakref.finalize(self, _release_all, releases)
         self._release.atexit = False
         self._prefetch = prefetch
         self._pool: ThreadPoolExecutor | None = None
         self._prefetched: dict[int, Future[Any]] = {}
+        # Files added and removed per queued snapshot, fetched ahead in one range query.
+        self._changed: dict[int, tuple[pa.Table, pa.Table]] = {}
+        self._changed_lock = threading.Lock()
 
     # -- start and progress ----------------------------------------------------------------
 
@@ -299,12 +334,14 @@ class Stream:
     def __next__(self) -> Change:
         while not self._closed:
             self._wake.clear()  # before polling: a commit from now on cuts the wait short
+            started = time.monotonic()
             change = self.poll()
             if change is not None:
                 return change
             if self.stop_at_latest:
                 break
-            self._wake.wait(self.poll_interval)
+            # Polls start every poll_interval: the poll's own time is part of the interval.
+            self._wake.wait(max(0.0, started + self.poll_interval - time.monotonic()))
         raise StopIteration
 
     def __aiter__(self) -> Stream:
@@ -322,13 +359,16 @@ class Stream:
         try:
             while not self._closed:
                 woken.clear()
+                started = time.monotonic()
                 change = await asyncio.to_thread(self.poll)
                 if change is not None:
                     return change
                 if self.stop_at_latest:
                     break
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(woken.wait(), self.poll_interval)
+                    await asyncio.wait_for(
+                        woken.wait(),
+                        max(0.0, started + self.poll_interval - time.monotonic()))
         finally:
             with self._lock:
                 self._async_wakers.remove(wake)
@@ -356,6 +396,8 @@ class Stream:
             if change is not None:
                 self._start_prefetch()
                 return change
+        with self._changed_lock:
+            self._changed.clear()  # files of trailing snapshots that changed nothing here
         return None
 
     def _fetch(self) -> None:
@@ -370,7 +412,38 @@ class Stream:
                 "the table's consumer.expiration")
         self._queue.extend(
             _Snapshot(int(r["snapshot_id"]), str(r["kind"]), int(r["committed_at"]),
-                      json.loads(r["summary"] or "{}")) for r in rows)
+                      json.loads(r["summary"] or "{}"),
+                      int(r["added_files"] or 0) + int(r["removed_files"] or 0))
+            for r in rows)
+
+    def _files_changed(self, snap: _Snapshot) -> tuple[pa.Table, pa.Table]:
+        """The files ``snap`` added and removed. When more snapshots are queued (the stream is
+        behind), one range query fetches the files of the next ones (up to ``_BATCH_FILES``
+        files) and splits them per snapshot in Arrow, instead of two queries per snapshot."""
+        sid = snap.snapshot_id
+        with self._changed_lock:
+            cached = self._changed.pop(sid, None)
+            for passed in [k for k in self._changed if k < sid]:  # skipped (no-change) ones
+                del self._changed[passed]
+            if cached is not None:
+                return cached
+            window = [sid]
+            total = snap.files
+            for nxt in list(self._queue):
+                if nxt.snapshot_id <= window[-1]:
+                    continue
+                if nxt.snapshot_id != window[-1] + 1 or total + nxt.files > _BATCH_FILES:
+                    break
+                window.append(nxt.snapshot_id)
+                total += nxt.files
+            added, removed = self._metastore.files_changed(self._table_id, sid - 1, window[-1])
+            if len(window) == 1:
+                return added, removed
+            parts = zip(_by_snapshot(added, "added_snapshot", window),
+                        _by_snapshot(removed, "removed_snapshot", window), strict=True)
+            for snapshot_id, pair in zip(window, parts, strict=True):
+                self._changed[snapshot_id] = pair
+            return self._changed.pop(sid)
 
     # -- planning ----------------------------------------------------------------------------
 
@@ -463,7 +536,7 @@ class Stream:
         if snap.kind in _NO_CHANGE_KINDS and "changelog" not in snap.summary:
             return None  # (a full compaction of a full-compaction table has a changelog)
         sid = snap.snapshot_id
-        added, removed = self._metastore.files_changed(self._table_id, sid - 1, sid)
+        added, removed = self._files_changed(snap)
         added, removed = self._prune(self._keep(added)), self._prune(self._keep(removed))
         view = self._view(sid)
         splits: list[ChangeSplit] = []
@@ -545,6 +618,8 @@ class Stream:
         for future in self._prefetched.values():
             future.cancel()
         self._prefetched.clear()
+        with self._changed_lock:
+            self._changed.clear()
         self.position = end
         if not splits:
             return None
