@@ -278,7 +278,9 @@ def dictionary_columns(table: pa.Table) -> list[str]:
             continue  # measured values rarely repeat; booleans are bit-packed anyway
         col = sample.column(field.name)
         try:
-            distinct = pc.count_distinct(col, mode="all").as_py()
+            # The distinct values, null included: what count_distinct(mode="all") counts,
+            # about twice as fast on one contiguous array.
+            distinct = len(pc.unique(col.combine_chunks()))
         except (pa.ArrowNotImplementedError, pa.ArrowInvalid):
             continue
         if n == 0 or distinct <= n * _DICT_MAX_DISTINCT_RATIO:

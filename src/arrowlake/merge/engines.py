@@ -427,7 +427,8 @@ def unique_run_order(
     sortable = sortable_key(table, _sort_key(key, constant))
     if sortable is None:
         return None
-    order = np.argsort(sortable, kind="stable")
+    # Any order of equal keys will do: they are in different groups (else None below).
+    order = np.argsort(sortable)
     # A stable sort by group (a radix sort on small integers) keeps the key order within one.
     small = groups.astype(np.int16) if groups.max(initial=0) < (1 << 15) else groups
     order = order[np.argsort(small[order], kind="stable")].astype(np.int64, copy=False)
