@@ -134,7 +134,11 @@ class DataFileWriter:
 
     def __init__(self, target: FileTarget, directory: str, *, partition_path: str | None = None,
                  partition_values: str | None = None, bucket: int | None = None,
-                 file_hook: Callable[[pa.Table], dict[str, Any]] | None = None) -> None:
+                 file_hook: Callable[[pa.Table], dict[str, Any]] | None = None,
+                 dictionary: Sequence[str] | None = None) -> None:
+        """``dictionary``: the columns to dictionary-encode, when the caller already chose them
+        for all the files of one write (:func:`dictionary_columns` of its rows); by default
+        each writer samples its own first rows."""
         self.target = target
         self.directory = directory
         self.partition_path = partition_path
@@ -153,6 +157,8 @@ class DataFileWriter:
         self._rows = 0
         self._dictionary_columns: list[str] | None = None
         self._column_encoding: dict[str, str] = {}
+        if dictionary is not None:
+            self._choose_encodings(list(dictionary))
         self.written: list[str] = []  # absolute paths, for cleanup
         self.files: list[NewFile] = []
 
@@ -194,12 +200,22 @@ class DataFileWriter:
             column_encoding=self._column_encoding or None,
         )
 
+    def _choose_encodings(self, dictionary: list[str]) -> None:
+        self._dictionary_columns = dictionary
+        if self.target.options.encodings == "auto":
+            self._column_encoding = column_encodings(self.target.schema, dictionary)
+
+    def write_all(self, table: pa.Table) -> None:
+        """Hand all of ``table`` to the write pool as one task (its row groups written in
+        order), so the caller goes on, e.g. merging the next bucket, while it is written."""
+        for batch in table.to_batches():
+            if batch.num_rows:
+                self._buffer.append(batch)
+        self.flush()
+
     def _write_table(self, table: pa.Table) -> None:
         if self._writer is None and self._dictionary_columns is None:
-            self._dictionary_columns = dictionary_columns(table)
-            if self.target.options.encodings == "auto":
-                self._column_encoding = column_encodings(self.target.schema,
-                                                         self._dictionary_columns)
+            self._choose_encodings(dictionary_columns(table))
         rg = self.target.options.row_group_rows
         for start in range(0, table.num_rows, rg):
             self._write_row_group(table.slice(start, rg))
@@ -271,7 +287,9 @@ def dictionary_columns(table: pa.Table) -> list[str]:
             continue  # measured values rarely repeat; booleans are bit-packed anyway
         col = sample.column(field.name)
         try:
-            distinct = pc.count_distinct(col, mode="all").as_py()
+            # The distinct values, null included: what count_distinct(mode="all") counts,
+            # about twice as fast on one contiguous array.
+            distinct = len(pc.unique(col.combine_chunks()))
         except (pa.ArrowNotImplementedError, pa.ArrowInvalid):
             continue
         if n == 0 or distinct <= n * _DICT_MAX_DISTINCT_RATIO:

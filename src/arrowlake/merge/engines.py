@@ -37,6 +37,7 @@ from arrowlake.merge.versions import (
     is_retraction,
     newest_versions,
     row_kinds,
+    sortable_key,
     take,
     take_rows,
     winners_in_input_order,
@@ -398,6 +399,43 @@ def dedupe_within_write(
         table.append_column(SEQUENCE, positions), list(key), sequence_field, True, sort_key
     )
     return merged.drop_columns([SEQUENCE])
+
+
+def unique_run_order(
+    table: pa.Table,
+    key: Sequence[str],
+    groups: np.ndarray,
+    engine: MergeEngine | None = None,
+    *,
+    constant: Sequence[str] = (),
+) -> np.ndarray | None:
+    """Row indices sorting ``table`` by ``groups`` (small non-negative integers: one write's
+    partition and bucket), then by key, when that alone is what :func:`dedupe_within_write`
+    of each group would return; else None (call it per group).
+
+    That holds when no key repeats within a group and every row is an addition (``+I``/``+U``)
+    and ``engine`` keeps a lone addition as it is (deduplicate, first-row): one sort of the
+    whole write instead of a split and a sort per group. ``constant`` as for
+    :func:`dedupe_within_write`.
+    """
+    engine = engine or Deduplicate()
+    if not isinstance(engine, (Deduplicate, FirstRow)) or table.num_rows == 0:
+        return None
+    kinds = row_kinds(table)
+    if bool(((kinds != RowKind.INSERT) & (kinds != RowKind.UPDATE_AFTER)).any()):
+        return None
+    sortable = sortable_key(table, _sort_key(key, constant))
+    if sortable is None:
+        return None
+    # Any order of equal keys will do: they are in different groups (else None below).
+    order = np.argsort(sortable)
+    # A stable sort by group (a radix sort on small integers) keeps the key order within one.
+    small = groups.astype(np.int16) if groups.max(initial=0) < (1 << 15) else groups
+    order = order[np.argsort(small[order], kind="stable")].astype(np.int64, copy=False)
+    ordered_groups, ordered_keys = groups[order], sortable[order]
+    repeated = (ordered_groups[1:] == ordered_groups[:-1]) & \
+        (ordered_keys[1:] == ordered_keys[:-1])
+    return None if bool(repeated.any()) else order
 
 
 def _sort_key(key: Sequence[str], constant: Sequence[str]) -> list[str]:

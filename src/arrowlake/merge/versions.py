@@ -238,6 +238,12 @@ def winners_in_input_order(table: pa.Table, key: Sequence[str], *, oldest: bool 
     return np.asarray(order[boundary], dtype=np.int64)
 
 
+def sortable_key(table: pa.Table, key: Sequence[str]) -> np.ndarray | None:
+    """The key of every row as one numpy array that orders and compares like the key columns
+    in turn (what the sorts here use), or None for keys without such a form."""
+    return _memcomparable([_key_column(table, name) for name in key])
+
+
 def sort_by_key(table: pa.Table, key: Sequence[str]) -> pa.Table:
     """``table`` sorted by its key columns (stable: equal keys keep their input order).
 

@@ -35,7 +35,12 @@ import pyarrow as pa
 
 from arrowlake.errors import CommitConflict, ValidationError
 from arrowlake.expressions import AlwaysTrue
-from arrowlake.io.writer import DataFileWriter, FileTarget, WriteOptions
+from arrowlake.io.writer import (
+    DataFileWriter,
+    FileTarget,
+    WriteOptions,
+    close_all,
+)
 from arrowlake.merge import ROW_KIND, SEQUENCE, Deduplicate, FirstRow
 from arrowlake.merge.runs import KIND_COLUMN, KIND_FIELD_ID, key_json, run_schema
 from arrowlake.metastore.store import NewFile, SnapshotChange
@@ -301,6 +306,7 @@ def _commit(table: Table, plan: _Plan, picks: list[tuple[list[Run], bool]],
     merge = table._merge_spec()
     columns = plan.view.schema.names
     added: list[NewFile] = []
+    writers: list[DataFileWriter] = []
     inputs = [[f for run in runs for f in run] for runs, _ in picks]
     try:
         for files, (_, includes_oldest) in zip(inputs, picks, strict=True):
@@ -309,8 +315,11 @@ def _commit(table: Table, plan: _Plan, picks: list[tuple[list[Run], bool]],
             # Tombstones may go once nothing older is left to hide, except with a sequence
             # field: a version written later with a smaller sequence value must stay hidden.
             keep = not includes_oldest or plan.sequence_field
-            merged = merge_bucket(split, files, columns, AlwaysTrue(), keep_retractions=keep)
-            added += _write_compacted(table, merged, files)
+            merged = _as_run(table, merge_bucket(split, files, columns, AlwaysTrue(),
+                                                 keep_retractions=keep))
+            # The pool writes this bucket while the next one is read and merged.
+            writers.append(_write_compacted(table, merged, files))
+        added = close_all(writers)
         removed = [f for files in inputs for f in files]
         change = SnapshotChange(
             kind="compact", schema_id=table._record.current_schema_id, add=added,
@@ -323,6 +332,8 @@ def _commit(table: Table, plan: _Plan, picks: list[tuple[list[Run], bool]],
             _discard(table, [*added, *log_files])
             return CompactionResult(None, dropped=True)
     except BaseException:
+        for writer in writers:
+            writer.abort()
         _discard(table, [*added, *log_files])
         raise
     return CompactionResult(result.snapshot_id, len(picks), len(removed), len(added),
@@ -330,14 +341,19 @@ def _commit(table: Table, plan: _Plan, picks: list[tuple[list[Run], bool]],
                             added_bytes=sum(f.file_size for f in added))
 
 
-def _write_compacted(table: Table, merged: pa.Table, runs: list[FileTask]) -> list[NewFile]:
-    """Write one bucket's merged rows as a run that keeps the inputs' sequence range."""
-    rec = table._record
+def _as_run(table: Table, merged: pa.Table) -> pa.Table:
+    """Merged rows (with ``_row_kind`` and ``_seq``) in the run schema of ``table``."""
     schema = run_schema(table.schema)
     merged = merged.drop_columns([SEQUENCE]).rename_columns(
         [KIND_COLUMN if c == ROW_KIND else c for c in merged.column_names if c != SEQUENCE]
     ).select(schema.names)
-    merged = pa.Table.from_arrays(merged.columns, schema=schema)
+    return pa.Table.from_arrays(merged.columns, schema=schema)
+
+
+def _write_compacted(table: Table, merged: pa.Table, runs: list[FileTask]) -> DataFileWriter:
+    """Start writing one bucket's merged rows (:func:`_as_run`) as a run that keeps the inputs'
+    sequence range; the caller closes the writer (or aborts it)."""
+    rec = table._record
     seq_min = min(f.seq_min or 0 for f in runs)
     seq_max = max(f.seq_max or 0 for f in runs)
     sample = runs[0]
@@ -345,7 +361,7 @@ def _write_compacted(table: Table, merged: pa.Table, runs: list[FileTask]) -> li
     directory = rel.rsplit("/", 1)[0]
     part = _partition_of(table, sample.partition_id)
     key = list(rec.primary_key)
-    target = FileTarget(table._storage, rec.location, schema, rec.current_schema_id,
+    target = FileTarget(table._storage, rec.location, merged.schema, rec.current_schema_id,
                         WriteOptions.from_properties(rec.properties, sorted_runs=True))
     writer = DataFileWriter(
         target, directory, partition_path=part[0], partition_values=part[1],
@@ -354,12 +370,11 @@ def _write_compacted(table: Table, merged: pa.Table, runs: list[FileTask]) -> li
                              "key_max": key_json(t.slice(t.num_rows - 1, 1), key),
                              "seq_min": seq_min, "seq_max": seq_max})
     try:
-        for batch in merged.to_batches():
-            writer.write(batch)
-        return writer.close()
+        writer.write_all(merged)
     except BaseException:
         writer.abort()
         raise
+    return writer
 
 
 def _partition_of(table: Table, partition_id: int | None) -> tuple[str | None, str | None]:

@@ -26,6 +26,7 @@ from arrowlake.io.writer import (
     FileTarget,
     WriteOptions,
     close_all,
+    dictionary_columns,
     split_by_columns,
 )
 from arrowlake.merge import (
@@ -42,6 +43,7 @@ from arrowlake.merge import (
     engine_from_options,
 )
 from arrowlake.merge.bucketing import bucket_of
+from arrowlake.merge.engines import unique_run_order
 from arrowlake.merge.runs import KIND_COLUMN, KIND_FIELD, key_json, row_kinds_from
 from arrowlake.metastore.store import NewFile, SnapshotChange
 from arrowlake.scan.planning import fully_matching, plan_files
@@ -292,6 +294,43 @@ def _run_schema(table: Table) -> pa.Schema:
     return table.schema.append(KIND_FIELD)
 
 
+def _run_groups(rows: pa.Table, key: list[str], partition_by: list[str], buckets: int,
+                engine: MergeEngine, seq_field: str | None
+                ) -> Iterable[tuple[tuple[pa.Scalar, ...], int, pa.Table]]:
+    """``rows`` as one run per partition and bucket: ``(partition values, bucket, run)``, each
+    run sorted by key with unique keys (:func:`dedupe_within_write`)."""
+    bucket = bucket_of(rows, key, buckets)
+    # The group of every row: its bucket, then its partition values' dictionary codes.
+    codes = bucket.to_numpy().astype(np.int64)
+    width = buckets
+    for name in partition_by:
+        encoded = pc.dictionary_encode(rows.column(name).combine_chunks(),
+                                       null_encoding="encode")
+        codes = codes + width * encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        width *= max(len(encoded.dictionary), 1)
+    order = unique_run_order(rows, key, codes, engine, constant=partition_by)
+    if order is not None:
+        # No key repeats within a group, nothing to merge: one sort and one take of the
+        # whole write, then a slice per group (what deduplicating each group would give).
+        ordered = rows.take(pa.array(order))
+        sorted_codes = codes[order]
+        starts = np.flatnonzero(np.concatenate(([True], sorted_codes[1:] != sorted_codes[:-1])))
+        ends = np.append(starts[1:], len(order))
+        for lo, hi in zip(starts.tolist(), ends.tolist(), strict=True):
+            run = ordered.slice(lo, hi - lo)
+            yield (tuple(run.column(name)[0] for name in partition_by),
+                   int(sorted_codes[lo] % buckets), run)
+        return
+    with_bucket = rows.append_column("_al_bucket", bucket)
+    as_batch = pa.RecordBatch.from_arrays(
+        [c.combine_chunks() for c in with_bucket.columns], schema=with_bucket.schema)
+    for values, part in split_by_columns(as_batch, [*partition_by, "_al_bucket"]):
+        table = pa.Table.from_batches([part]).drop_columns(["_al_bucket"])
+        # Partition columns are constant here: sorting by the rest is the same order.
+        yield values[:-1], int(values[-1].as_py()), dedupe_within_write(
+            table, key, engine, seq_field, constant=partition_by)
+
+
 def write_runs(table: Table, rows: pa.Table) -> list[NewFile]:
     """Write ``rows`` (table schema + ``_row_kind``) as one sorted run per partition and bucket."""
     rec = table._record
@@ -303,36 +342,32 @@ def write_runs(table: Table, rows: pa.Table) -> list[NewFile]:
     target = FileTarget(storage=table._storage, location=rec.location, schema=schema,
                         schema_id=rec.current_schema_id,
                         options=WriteOptions.from_properties(rec.properties, sorted_runs=True))
-    with_bucket = rows.append_column("_al_bucket", bucket_of(rows, key, buckets))
     files: list[NewFile] = []
     writers: list[DataFileWriter] = []
+    dictionary: list[str] | None = None
     try:
-        as_batch = pa.RecordBatch.from_arrays(
-            [c.combine_chunks() for c in with_bucket.columns], schema=with_bucket.schema)
-        groups = split_by_columns(as_batch, [*rec.partition_by, "_al_bucket"])
-        for values, part in groups:
-            part = pa.Table.from_batches([part]) if isinstance(part, pa.RecordBatch) else part
-            bucket = int(values[-1].as_py())
-            # Partition columns are constant here: sorting by the rest is the same order.
-            run = dedupe_within_write(part.drop_columns(["_al_bucket"]), key, engine, seq_field,
-                                      constant=rec.partition_by)
+        for values, bucket, run in _run_groups(rows, key, list(rec.partition_by), buckets,
+                                               engine, seq_field):
             run = run.rename_columns([KIND_COLUMN if c == ROW_KIND else c
                                       for c in run.column_names]).select(schema.names)
             run = pa.Table.from_arrays(run.columns, schema=schema)
-            shown = [v.as_py() if v.is_valid else None for v in values[:-1]]
+            if dictionary is None:
+                # One choice of encodings for all the write's runs, not a sample per file.
+                dictionary = dictionary_columns(run)
+            shown = [v.as_py() if v.is_valid else None for v in values]
             ppath = partition_path(rec.partition_by, shown) if rec.partition_by else None
             directory = "/".join(p for p in ("data", ppath, f"bucket-{bucket}") if p)
             writer = DataFileWriter(
                 target, directory, partition_path=ppath,
-                partition_values=json.dumps([encode_partition_value(v) for v in values[:-1]])
+                partition_values=json.dumps([encode_partition_value(v) for v in values])
                 if rec.partition_by else None,
                 bucket=bucket,
                 file_hook=lambda t: {"key_min": key_json(t.slice(0, 1), key),
-                                     "key_max": key_json(t.slice(t.num_rows - 1, 1), key)})
+                                     "key_max": key_json(t.slice(t.num_rows - 1, 1), key)},
+                dictionary=dictionary)
             writers.append(writer)
-            for batch in run.to_batches():
-                writer.write(batch)
-            writer.flush()
+            # The pool writes this run while the next one is cut.
+            writer.write_all(run)
         files = close_all(writers)
     except BaseException:
         for writer in writers:
