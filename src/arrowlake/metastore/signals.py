@@ -16,6 +16,7 @@ next poll.
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -185,3 +186,17 @@ def listen(url: str, engine: Any) -> Callable[[], None]:
                 _PG_LISTENERS.pop(url, None)
 
     return unlisten
+
+
+def _after_fork_in_child() -> None:
+    """A forked child (a DataLoader or multiprocessing worker) has none of the parent's
+    threads: forget the parent's watchers and listeners, whose threads would never wake the
+    child's streams, and take a fresh lock, since the parent's may have been held by one of
+    those threads at the fork (the child would then wait on it forever)."""
+    global _LOCK
+    _LOCK = threading.Lock()
+    _SQLITE_WATCHERS.clear()
+    _PG_LISTENERS.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
