@@ -33,8 +33,11 @@ Writing: each micro-batch is staged by the tasks (:func:`arrowlake.table.staged.
 committed once on the driver with the commit id ``spark-stream:<query id>:<batch id>``; the
 query id is Spark's persistent one (it survives restarts from the checkpoint), so a batch
 Spark replays after a crash is recognized and skipped. Output modes: ``append`` appends (an
-upsert on a primary-key table); ``update`` needs a primary-key table, where it upserts;
-``complete`` overwrites the table each batch. Input with a ``_row_kind`` column (from an
+upsert on a primary-key table); ``complete`` overwrites the table each batch. ``update``:
+Spark (4.1-4.3) refuses update mode for every Python sink ("does not support Update mode":
+its Python write builder lacks ``SupportsStreamingUpdateAsAppend``), so an update-mode query
+writes through :func:`foreach_batch_sink`, which upserts each batch into a primary-key
+table, once, with the same commit ids. Input with a ``_row_kind`` column (from an
 arrowlake stream) into a primary-key table is applied as changes (``-D`` deletes, ``-U`` is
 ignored as the ``+U`` after it replaces the row); the ``write`` option chooses explicitly.
 """
@@ -42,8 +45,9 @@ ignored as the ``+U`` after it replaces the row); the ``write`` option chooses e
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -64,14 +68,15 @@ from pyspark.sql.types import StringType, StructField, StructType
 
 from arrowlake.errors import ValidationError
 from arrowlake.scan.split import Split
-from arrowlake.spark.source import ArrowlakeDataSource as BatchDataSource
 from arrowlake.spark.source import (
+    FORMAT,
     StagedMessage,
     open_table,
     plan_splits,
     source_schema,
     write_mode,
 )
+from arrowlake.spark.source import ArrowlakeDataSource as BatchDataSource
 from arrowlake.spark.types import (
     from_spark_batch,
     spark_arrow_schema,
@@ -223,6 +228,10 @@ class ArrowlakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         position = int(start["snapshot"])
+        # Spark asks for the next batch once every batch up to ``start`` is committed (after a
+        # restart it first re-runs a planned batch without asking): ``commit`` comes one batch
+        # later, and never for the last batch of an availableNow run.
+        self.commit(start)
         latest = self._current()
         if self.available_now is not None:
             latest = min(latest, self.available_now)
@@ -294,6 +303,7 @@ class ArrowlakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             yield to_spark_batch(batch, self.target)
 
     def commit(self, end: dict) -> None:
+        """Spark has processed everything up to ``end``: the consumer's progress."""
         snapshot = int(end["snapshot"])
         if self.consumer is not None and snapshot > 0:
             self.table._metastore.commit_consumer(self.table._record.table_id, self.consumer,
@@ -374,6 +384,36 @@ class ArrowlakeStreamWriter(DataSourceStreamArrowWriter):
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         discard_staged(self.target, [m.staged for m in messages
                                      if isinstance(m, StagedMessage | StreamMessage)])
+
+
+def foreach_batch_sink(lake: str, table: str, **options: str
+                       ) -> Callable[[Any, int], None]:
+    """A ``foreachBatch`` function writing each micro-batch to ``table`` in one commit with
+    the commit id ``spark-stream:<query id>:<batch id>`` (a replayed batch is skipped).
+
+    ``append`` on a primary-key table upserts, so this is update mode's sink::
+
+        agg.writeStream.outputMode("update").foreachBatch(
+            foreach_batch_sink("./lake", "shop.daily_totals")).option(
+            "checkpointLocation", "/tmp/ck").start()
+
+    ``options`` are batch write options (``write``, ``rowKind``, storage options, ...).
+    """
+
+    def write_batch(batch_df: Any, batch_id: int) -> None:
+        context = batch_df.sparkSession.sparkContext
+        query = options.get("queryId") or context.getLocalProperty(QUERY_ID_PROPERTY)
+        if not query:
+            raise ValidationError(
+                "foreach_batch_sink runs inside a streaming query's foreachBatch; outside one, "
+                "pass queryId=... to name the writer")
+        writer = batch_df.write.format(FORMAT).option("lake", lake).mode("append")
+        for key, value in options.items():
+            if key != "queryId":
+                writer = writer.option(key, value)
+        writer.option("commitId", f"spark-stream:{query}:{batch_id}").save(table)
+
+    return write_batch
 
 
 # -- the source ---------------------------------------------------------------------------------
