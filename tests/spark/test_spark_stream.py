@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import subprocess
+import sys
+import time
 
 import pyarrow as pa
 import pytest
@@ -219,3 +224,52 @@ def test_changes_from_a_stream_are_applied_to_a_primary_key_sink(spark, lake_pat
     assert copy.to_arrow().sort_by("order_id").equals(src.to_arrow().sort_by("order_id"))
     assert sorted(copy.to_arrow().column("order_id").to_pylist()) == [2, 3, 4]
     shutil.rmtree(ck)
+
+
+KILLED_QUERY = '''
+import os, sys
+os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+os.environ["PYSPARK_PYTHON"] = sys.executable
+from pyspark.sql import SparkSession
+lake, checkpoint = sys.argv[1], sys.argv[2]
+spark = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
+         .config("spark.sql.shuffle.partitions", "1").getOrCreate())
+spark.sparkContext.setLogLevel("ERROR")
+query = (spark.readStream.format("arrowlake").option("lake", lake)
+         .option("startingSnapshot", "earliest").option("maxSnapshotsPerTrigger", "1")
+         .load("shop.log").writeStream.format("arrowlake").option("lake", lake)
+         .option("checkpointLocation", checkpoint).trigger(processingTime="200 milliseconds")
+         .start("shop.copy"))
+query.awaitTermination()
+'''
+
+
+def test_a_query_killed_and_restarted_from_its_checkpoint_writes_every_row_once(
+        spark, lake_path, tmp_path):
+    """A query in its own process (own local Spark) is SIGKILLed mid-run, then restarted from
+    its checkpoint here: the sink holds every source row exactly once."""
+    lake = al.connect(lake_path)
+    src = lake.create_table("shop.log", ORDERS)
+    out = lake.create_table("shop.copy", ORDERS)       # an append table: no dedup by key
+    for n in range(20):                                 # 20 snapshots, one batch each
+        src.append(orders(range(n * 5, n * 5 + 5)))
+    ck = tmp_path / "ck"
+    script = tmp_path / "query.py"
+    script.write_text(KILLED_QUERY)
+    proc = subprocess.Popen([sys.executable, str(script), str(lake_path), str(ck)],
+                            start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 90
+        while out.count() < 15 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+            out.refresh()
+        assert 15 <= out.count() < 100, "the query should be killed mid-run"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)             # the driver and its JVM, at once
+        proc.wait()
+    src.append(orders(range(100, 105)))
+    sink(source(spark, lake_path, "shop.log", startingSnapshot="earliest",
+                maxSnapshotsPerTrigger=50), lake_path, "shop.copy", ck)
+    ids = sorted(out.to_arrow().column("order_id").to_pylist())
+    assert ids == list(range(105))
