@@ -256,15 +256,13 @@ class ArrowlakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         stream = self._stream(position)
         try:
             rows = 0
-            taken = position + 1
             while stream.position < end:
                 change = stream.poll()
                 if change is None or change.snapshot_id > end:
-                    return end if change is None else max(taken, change.snapshot_id - 1)
+                    return end  # the snapshots left change no rows
                 rows += change.row_count
                 if rows > max_rows and change.snapshot_id > position + 1:
                     return change.snapshot_id - 1
-                taken = change.snapshot_id
             return end
         finally:
             stream.close()
