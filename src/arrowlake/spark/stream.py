@@ -260,9 +260,9 @@ class ArrowlakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 change = stream.poll()
                 if change is None or change.snapshot_id > end:
                     return end  # the snapshots left change no rows
-                rows += change.row_count
-                if rows > max_rows and change.snapshot_id > position + 1:
+                if rows and rows + change.row_count > max_rows:
                     return change.snapshot_id - 1
+                rows += change.row_count
             return end
         finally:
             stream.close()
