@@ -4,6 +4,6 @@ PySpark looks for installed top-level modules named ``pyspark_*`` that define ``
 (a ``pyspark.sql.datasource.DataSource``) and registers each under its ``name()``.
 """
 
-from arrowlake.spark.source import ArrowlakeDataSource as DefaultSource
+from arrowlake.spark.stream import ArrowlakeDataSource as DefaultSource
 
 __all__ = ["DefaultSource"]

@@ -19,7 +19,8 @@ from arrowlake.errors import require
 require("pyspark", "spark", "arrowlake.spark")
 
 from arrowlake.spark.fast import FastReadPlan, plan_read, read  # noqa: E402
-from arrowlake.spark.source import FORMAT, ArrowlakeDataSource  # noqa: E402
+from arrowlake.spark.source import FORMAT  # noqa: E402
+from arrowlake.spark.stream import ArrowlakeDataSource, foreach_batch_sink  # noqa: E402
 
 
 def register(spark: Any) -> None:
@@ -28,4 +29,5 @@ def register(spark: Any) -> None:
     spark.dataSource.register(ArrowlakeDataSource)
 
 
-__all__ = ["FORMAT", "ArrowlakeDataSource", "FastReadPlan", "plan_read", "read", "register"]
+__all__ = ["FORMAT", "ArrowlakeDataSource", "FastReadPlan", "foreach_batch_sink", "plan_read",
+           "read", "register"]
