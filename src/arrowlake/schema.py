@@ -21,7 +21,7 @@ PANDAS_DTYPE_KEY = b"arrowlake.pandas_dtype"
 # Columns arrowlake keeps in data files for its own use; user columns may not take these names.
 RESERVED_PREFIX = "_al_"
 
-_COLUMN_NAME = re.compile(r"^[^\x00-\x1f/\\]+$")
+_COLUMN_NAME = re.compile(r"[^\x00-\x1f/\\]+")  # fullmatch: `$` would pass a trailing newline
 
 
 def field_id(field: pa.Field) -> int:
@@ -90,7 +90,7 @@ def max_field_id(schema: pa.Schema) -> int:
 
 
 def validate_column_name(name: str) -> None:
-    if not isinstance(name, str) or not name or not _COLUMN_NAME.match(name):
+    if not isinstance(name, str) or not name or not _COLUMN_NAME.fullmatch(name):
         raise InvalidName(
             f"Column name {name!r} is not allowed: use a non-empty name without control "
             "characters, '/' or '\\'"

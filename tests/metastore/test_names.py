@@ -65,3 +65,12 @@ def test_bad_tag_names_and_commit_ids_are_refused_before_writing(kind, tmp_path,
     assert sorted(t.to_arrow().column("id").to_pylist()) == [1, 2]
     assert len(t.files()) == 2
     lake.close()
+
+
+def test_column_names_with_a_trailing_newline_are_refused(sqlite_lake):
+    with pytest.raises(InvalidName):
+        sqlite_lake.create_table("n.t", pa.schema([("a\n", pa.int64())]))
+    t = sqlite_lake.create_table("n.u", pa.schema([("a", pa.int64())]))
+    with pytest.raises(InvalidName):
+        t.add_column("b\n", pa.int64())
+    assert t.schema.names == ["a"]
