@@ -241,6 +241,33 @@ def file_schemas(view: TableView, tasks: Sequence[FileTask]) -> dict[int, pa.Sch
     return {sid: view.metastore.schema(view.record.table_id, sid) for sid in ids}
 
 
+def group_tasks(tasks: Sequence[FileTask], *, whole_buckets: bool,
+                target_bytes: int) -> list[list[FileTask]]:
+    """``tasks`` packed into groups of about ``target_bytes``, in order; with
+    ``whole_buckets`` a (partition, bucket) is never divided, so one key's versions stay in one
+    group."""
+    if whole_buckets:
+        by_bucket: dict[tuple[int | None, int | None], list[FileTask]] = {}
+        for task in tasks:
+            by_bucket.setdefault((task.partition_id, task.bucket), []).append(task)
+        units = list(by_bucket.values())
+    else:
+        units = [[task] for task in tasks]
+    groups: list[list[FileTask]] = []
+    current: list[FileTask] = []
+    size = 0
+    for unit in units:
+        unit_size = sum(t.file_size for t in unit)
+        if current and size + unit_size > target_bytes:
+            groups.append(current)
+            current, size = [], 0
+        current.extend(unit)
+        size += unit_size
+    if current:
+        groups.append(current)
+    return groups
+
+
 def make_splits(
     view: TableView,
     tasks: Sequence[FileTask],
@@ -257,27 +284,10 @@ def make_splits(
     never divided between splits.
     """
     schemas = file_schemas(view, tasks)
-    groups: list[list[FileTask]] = []
     if merge is not None:
         # Data files of primary-key tables carry the row-kind column besides the table's.
         schemas = {sid: s.append(KIND_FIELD) for sid, s in schemas.items()}
-        by_bucket: dict[tuple[int | None, int | None], list[FileTask]] = {}
-        for task in tasks:
-            by_bucket.setdefault((task.partition_id, task.bucket), []).append(task)
-        units = list(by_bucket.values())
-    else:
-        units = [[task] for task in tasks]
-    current: list[FileTask] = []
-    size = 0
-    for unit in units:
-        unit_size = sum(t.file_size for t in unit)
-        if current and size + unit_size > target_bytes:
-            groups.append(current)
-            current, size = [], 0
-        current.extend(unit)
-        size += unit_size
-    if current:
-        groups.append(current)
+    groups = group_tasks(tasks, whole_buckets=merge is not None, target_bytes=target_bytes)
     return [
         Split(view.storage, tuple(group), {sid: schemas[sid] for sid in {t.schema_id
                                                                           for t in group}},

@@ -54,7 +54,14 @@ from arrowlake.merge.runs import KIND_COLUMN, KIND_FIELD
 from arrowlake.metastore import signals
 from arrowlake.metastore.store import check_name
 from arrowlake.scan.adapters import adapter
-from arrowlake.scan.planning import TableView, file_schemas, file_stats, file_tasks, plan_files
+from arrowlake.scan.planning import (
+    TableView,
+    file_schemas,
+    file_stats,
+    file_tasks,
+    group_tasks,
+    plan_files,
+)
 from arrowlake.scan.split import MergeSpec, Split
 from arrowlake.schema import find_field
 from arrowlake.streaming.catchup import NetChangeSplit
@@ -491,25 +498,7 @@ class Stream:
             columns = (*columns, KIND_COLUMN)
         if expr is None:
             expr = self._expr
-        groups: list[list[Any]] = []
-        if merge is not None:
-            by_bucket: dict[tuple[int | None, int | None], list[Any]] = {}
-            for task in tasks:
-                by_bucket.setdefault((task.partition_id, task.bucket), []).append(task)
-            units = list(by_bucket.values())
-        else:
-            units = [[task] for task in tasks]
-        current: list[Any] = []
-        size = 0
-        for unit in units:
-            unit_size = sum(t.file_size for t in unit)
-            if current and size + unit_size > _SPLIT_BYTES:
-                groups.append(current)
-                current, size = [], 0
-            current.extend(unit)
-            size += unit_size
-        if current:
-            groups.append(current)
+        groups = group_tasks(tasks, whole_buckets=merge is not None, target_bytes=_SPLIT_BYTES)
         partition_by = tuple(self._record.partition_by)
         return [
             ChangeSplit(
