@@ -152,7 +152,12 @@ def test_pickled_splits_read_in_another_process(s3_lake):
               "splits = pickle.load(sys.stdin.buffer)\n"
               "table = pa.concat_tables([s.to_arrow() for s in splits])\n"
               "with pa.ipc.new_stream(sys.stdout.buffer, table.schema) as out:\n"
-              "    out.write_table(table)\n")
+              "    out.write_table(table)\n"
+              # Known defect, open: under load such a process has aborted once at interpreter
+              # teardown ('terminate called without an active exception', after its output was
+              # complete). This test is about the rows read; it leaves before that teardown.
+              "sys.stdout.flush()\n"
+              "import os; os._exit(0)\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     for scan, key in ((plain.scan(filter="amount > 10"), "order_id"), (keyed.scan(), "id")):
         splits = scan.plan(target_bytes=1)
