@@ -11,8 +11,11 @@
 
 from __future__ import annotations
 
+import atexit
 import bisect
+import os
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -131,6 +134,62 @@ class PrefetchedFile:
         return None
 
 
+class _ExitGate:
+    """Keeps Arrow's threads out of Python once the interpreter starts to shut down.
+
+    pyarrow reads these files from its own C++ thread pools, calling into Python for every
+    read. A thread that asks for the GIL after the interpreter began finalizing is ended on the
+    spot (``pthread_exit``): the Arrow pool that owned it then waits for it forever when the
+    process exits, or the C++ runtime aborts ("terminate called without an active
+    exception"). That happened to short-lived processes that left a scan unfinished, its
+    read-ahead still queued. At exit, while threads may still run Python, the gate closes:
+    reads already inside finish, later ones fail at once, and :meth:`close` waits until no
+    read has entered for a moment (bounded), so the read-ahead drains before finalization.
+    """
+
+    QUIET = 0.05
+    LIMIT = 5.0
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._inside = 0
+        self._last_entry = 0.0
+        self.closed = False
+
+    def enter(self, path: str) -> None:
+        with self._lock:
+            self._last_entry = time.monotonic()
+            if self.closed:
+                raise StorageError(f"Cannot read {path}: the Python interpreter is shutting down")
+            self._inside += 1
+
+    def leave(self) -> None:
+        with self._lock:
+            self._inside -= 1
+
+    def close(self) -> None:
+        with self._lock:
+            self.closed = True
+        deadline = time.monotonic() + self.LIMIT
+        while time.monotonic() < deadline:
+            with self._lock:
+                quiet = self._inside == 0 and time.monotonic() - self._last_entry >= self.QUIET
+            if quiet:
+                return
+            time.sleep(self.QUIET / 5)
+
+    def reset(self) -> None:
+        """In a forked child: the parent's reads in flight are not the child's."""
+        self._lock = threading.Lock()
+        self._inside = 0
+        self.closed = False
+
+
+_GATE = _ExitGate()
+atexit.register(_GATE.close)
+os.register_at_fork(after_in_child=_GATE.reset)
+
+
 class ObjectFile:
     """A seekable, read-only, Python-file-like view of one object of known size."""
 
@@ -181,6 +240,13 @@ class ObjectFile:
         return self._read(offset, min(self._size, offset + nbytes))
 
     def _read(self, start: int, end: int) -> Any:
+        _GATE.enter(self._path)
+        try:
+            return self._read_inside(start, end)
+        finally:
+            _GATE.leave()
+
+    def _read_inside(self, start: int, end: int) -> Any:
         pre = self._prefetched
         if pre is not None:
             data = pre.read(start, end)
@@ -232,6 +298,13 @@ class ObjectFileSystemHandler(pafs.FileSystemHandler):
         return path
 
     def _open(self, path: str) -> pa.NativeFile:
+        _GATE.enter(path)
+        try:
+            return self._open_inside(path)
+        finally:
+            _GATE.leave()
+
+    def _open_inside(self, path: str) -> pa.NativeFile:
         pre = self.prefetched.get(path)
         url = self.storage.url(path)
         size = pre.size if pre is not None else self.sizes.get(path)
