@@ -137,3 +137,64 @@ def test_item1_same_process_new_table_does_not_take_a_dropped_tables_schema(
     with pytest.raises(TableNotFound):
         a.append({"id": [2]})
     lake.close()
+
+
+def _aggregating(lake: al.Lake) -> al.Table:
+    return lake.create_table("agg", pa.schema([("id", I64), ("v", I64)]), primary_key=["id"],
+                             buckets=1, merge_engine="aggregation", aggregations={"v": "sum"})
+
+
+@pytest.mark.parametrize("kind", METASTORES)
+def test_set_properties_keeps_a_rename_committed_meanwhile(kind, tmp_path, request):
+    """set_properties merges its change into the properties as they are under the table's
+    row lock: a rename committed between its read and its write keeps the options it moved
+    (``fields.v.*`` -> ``fields.w.*``)."""
+    lake = make_lake(kind, tmp_path, request)
+    t = _aggregating(lake)
+    other = _other(lake)
+    real = lake.metastore.update_properties
+    raced: list[int] = []
+
+    def racing(*args, **kwargs):
+        raced.append(1)
+        other.table("agg").rename_column("v", "w")
+        return real(*args, **kwargs)
+
+    lake.metastore.update_properties = racing  # type: ignore[method-assign]
+    t.set_properties(**{"compaction.max-runs": "7"})
+    assert raced == [1]
+    props = other.table("agg").properties
+    assert props["compaction.max-runs"] == "7"
+    assert props["fields.w.aggregate-function"] == "sum"
+    assert "fields.v.aggregate-function" not in props
+    t.upsert({"id": [1, 1], "w": [2, 3]})
+    assert t.to_arrow().to_pydict() == {"id": [1], "w": [5]}
+
+
+@pytest.mark.parametrize("kind", METASTORES)
+def test_a_rename_does_not_overwrite_properties_set_meanwhile(kind, tmp_path, request):
+    """A rename rewrites the merge options it derived from the properties it read; if another
+    writer set a property in between, the rename is a CommitConflict (nothing changed), and
+    done again it keeps both."""
+    lake = make_lake(kind, tmp_path, request)
+    t = _aggregating(lake)
+    other = _other(lake)
+    real = lake.metastore.add_schema
+    raced: list[int] = []
+
+    def racing(*args, **kwargs):
+        if not raced:
+            raced.append(1)
+            other.table("agg").set_properties(**{"compaction.max-runs": "9"})
+        return real(*args, **kwargs)
+
+    lake.metastore.add_schema = racing  # type: ignore[method-assign]
+    with pytest.raises(al.CommitConflict):
+        t.rename_column("v", "w")
+    fresh = other.table("agg")
+    assert fresh.schema.names == ["id", "v"]
+    assert fresh.properties["compaction.max-runs"] == "9"
+    t.rename_column("v", "w")
+    props = other.table("agg").properties
+    assert props["compaction.max-runs"] == "9"
+    assert props["fields.w.aggregate-function"] == "sum"

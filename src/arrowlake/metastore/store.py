@@ -636,11 +636,22 @@ class Metastore:
         except IntegrityError:
             raise TableAlreadyExists(f"Table '{namespace}.{name}' exists already") from None
 
-    def set_properties(self, table_id: int, properties: dict[str, str]) -> None:
+    def update_properties(self, table_id: int, changes: dict[str, str],
+                          check: Callable[[dict[str, str]], None] | None = None
+                          ) -> dict[str, str]:
+        """Merge ``changes`` into the table's properties as they are when its row is locked
+        (so a concurrent change to other properties, such as a rename rewriting
+        ``fields.<col>.*``, is kept), after ``check(current)`` accepts them; returns the
+        merged properties."""
         with self._write() as conn:
-            self._lock_table(conn, table_id)
+            row = self._lock_table(conn, table_id)
+            current = json.loads(row.properties)
+            if check is not None:
+                check(current)
+            merged = {**current, **changes}
             conn.execute(t.tables.update().where(t.tables.c.table_id == table_id)
-                         .values(properties=json.dumps(properties)))
+                         .values(properties=json.dumps(merged)))
+        return merged
 
     # -- schemas -------------------------------------------------------------------------------
 
@@ -657,14 +668,22 @@ class Metastore:
         return cached
 
     def add_schema(self, table_id: int, schema: pa.Schema, *, expected_schema_id: int,
-                   last_field_id: int, properties: dict[str, str] | None = None) -> int:
+                   last_field_id: int, properties: dict[str, str] | None = None,
+                   expected_properties: dict[str, str] | None = None) -> int:
         """Make ``schema`` the table's current schema, if it is still at ``expected_schema_id``
-        (and, in the same transaction, ``properties`` its properties when given)."""
+        (and, in the same transaction, ``properties`` its properties when given: they were
+        derived from ``expected_properties``, so a concurrent property change is a
+        conflict rather than silently overwritten)."""
         values: dict[str, Any] = {"last_field_id": last_field_id}
         if properties is not None:
             values["properties"] = json.dumps(properties)
         with self._write() as conn:
-            self._lock_table(conn, table_id)
+            row = self._lock_table(conn, table_id)
+            if properties is not None and expected_properties is not None \
+                    and json.loads(row.properties) != expected_properties:
+                raise CommitConflict(
+                    "The table's properties were changed by another writer meanwhile; reload "
+                    "the table and apply the schema change again")
             new_id = conn.execute(sa.select(sa.func.max(t.schemas.c.schema_id)).where(
                 t.schemas.c.table_id == table_id)).scalar_one() + 1
             res = conn.execute(

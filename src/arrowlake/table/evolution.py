@@ -32,7 +32,8 @@ def _commit_schema(table: Table, schema: pa.Schema, last_field_id: int) -> None:
     props = check_pk_schema(table, schema) if rec.primary_key else None
     table._metastore.add_schema(rec.table_id, schema, expected_schema_id=rec.current_schema_id,
                                 last_field_id=last_field_id,
-                                properties=None if props == rec.properties else props)
+                                properties=None if props == rec.properties else props,
+                                expected_properties=rec.properties)
     table.refresh()
 
 

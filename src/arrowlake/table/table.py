@@ -135,21 +135,25 @@ class Table:
         ``aggregation.remove-record-on-delete``, ``fields.*``) are fixed at creation: the runs
         already written were merged under them. ``buckets`` is not a property (fixed at
         creation too)."""
-        props = dict(self.refresh()._record.properties)
         given = {k.replace("_", "-") if k.startswith("write_") else k: str(v)
                  for k, v in properties.items()}
-        fixed = sorted(k for k, v in given.items()
-                       if primary_key.is_engine_property(k) and props.get(k) != v)
-        if fixed and self._record.primary_key:
-            raise ValidationError(
-                f"Properties {fixed} of primary-key table '{self.name}' cannot be changed after "
-                "creation: the runs already written were merged under them. Create a new table "
-                "with the options you want and copy the rows into it")
-        props.update(given)
-        primary_key.validate_properties(props, self._record.primary_key)
-        if "consumer.expiration" in props:
-            maintenance.parse_duration("consumer.expiration", props["consumer.expiration"])
-        self._metastore.set_properties(self._record.table_id, props)
+        key = self._record.primary_key
+
+        def check(current: dict[str, str]) -> None:
+            # Runs with the table's row locked, against its properties as they are then.
+            fixed = sorted(k for k, v in given.items()
+                           if primary_key.is_engine_property(k) and current.get(k) != v)
+            if fixed and key:
+                raise ValidationError(
+                    f"Properties {fixed} of primary-key table '{self.name}' cannot be changed "
+                    "after creation: the runs already written were merged under them. Create "
+                    "a new table with the options you want and copy the rows into it")
+            merged = {**current, **given}
+            primary_key.validate_properties(merged, key)
+            if "consumer.expiration" in merged:
+                maintenance.parse_duration("consumer.expiration", merged["consumer.expiration"])
+
+        self._metastore.update_properties(self._record.table_id, given, check)
         self.refresh()
 
     @property
