@@ -1,0 +1,228 @@
+"""Commits: one database transaction that checks for conflicts, rebases where it may, and
+records a snapshot and its files; lost races are retried, lost replies are recognized by
+the write token."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+import uuid
+from collections.abc import Sequence
+
+import pyarrow as pa
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+
+from arrowlake.errors import CommitConflict
+from arrowlake.metastore import signals
+from arrowlake.metastore import tables as t
+from arrowlake.metastore.database import Database
+from arrowlake.metastore.records import (
+    FILE_COLUMNS,
+    FILE_SCHEMA,
+    CommitResult,
+    NewFile,
+    SnapshotChange,
+    check_commit_id,
+    now_ms,
+    rows_to_table,
+)
+
+
+class Commits(Database):
+    """The commit path of :class:`~arrowlake.metastore.store.Metastore`."""
+
+    def files_added_between(self, conn: Connection | None, table_id: int, after: int | None,
+                            upto: int) -> pa.Table:
+        """Files added by snapshots in ``(after, upto]``, removed since or not."""
+        c = t.files.c
+        query = sa.select(*[c[n] for n in FILE_COLUMNS]).where(
+            (c.table_id == table_id) & (c.added_snapshot <= upto) & (c.content == "data"))
+        if after is not None:
+            query = query.where(c.added_snapshot > after)
+        if conn is None:
+            with self._read() as own:
+                rows = own.execute(query.order_by(c.file_id)).all()
+        else:
+            rows = conn.execute(query.order_by(c.file_id)).all()
+        return rows_to_table(rows, FILE_SCHEMA)
+
+    # -- commits -------------------------------------------------------------------------------
+
+    def commit(self, table_id: int, base_snapshot_id: int | None,
+               change: SnapshotChange) -> CommitResult:
+        """Record ``change`` as the table's next snapshot, atomically.
+
+        Runs one transaction: if other commits landed after ``base_snapshot_id``, the change is
+        rebased (``on_rebase`` decides whether that is allowed); files to remove must still be
+        live, else :class:`CommitConflict`; then the snapshot row, its file rows and the table's
+        current snapshot are written. A lost race (two writers taking the same snapshot id) is
+        detected by the snapshots primary key and the compare-and-set on ``al_tables``, and
+        retried with backoff.
+
+        Every call records a random write token with its snapshot. An OperationalError can come
+        after the database committed (the reply to COMMIT was lost), so a retry first looks for
+        its own token and, when that attempt landed, returns its snapshot instead of committing
+        the change a second time. A table dropped meanwhile raises :class:`TableNotFound`, a
+        read-only database :class:`ReadOnlyLake`; neither is retried.
+        """
+        check_commit_id(change.commit_id)
+        token = uuid.uuid4().hex
+        attempts = 0
+        while True:
+            attempts += 1
+            try:
+                with self._write() as conn:
+                    result = self._commit_once(conn, table_id, base_snapshot_id, change, token,
+                                               attempts > 1)
+                    if self.dialect == "postgresql" and not result[1]:
+                        # Delivered at COMMIT, to streams in every process (signals.listen).
+                        conn.execute(sa.select(sa.func.pg_notify(signals.CHANNEL,
+                                                                 str(table_id))))
+                if not result[1]:
+                    signals.publish(self.url, table_id)
+                return CommitResult(result[0], attempts, result[1])
+            except CommitConflict:
+                raise
+            except (DBAPIError, _LostRace) as exc:
+                retryable = isinstance(exc, (IntegrityError, OperationalError, _LostRace)) or (
+                    isinstance(exc, DBAPIError) and exc.connection_invalidated)
+                if not retryable:
+                    raise
+                if attempts >= self.commit_retries:
+                    landed = self._landed(table_id, token)
+                    if landed is not None:
+                        return CommitResult(landed, attempts)
+                    raise CommitConflict(
+                        f"Gave up committing to table {table_id} after {attempts} attempts: "
+                        f"{exc}") from exc
+                time.sleep(min(0.5, 0.002 * 2 ** min(attempts, 8)) * random.random())
+
+    def _landed(self, table_id: int, token: str, conn: Connection | None = None) -> int | None:
+        """The snapshot an attempt with ``token`` committed, if one did."""
+        query = sa.select(t.snapshots.c.snapshot_id).where(
+            (t.snapshots.c.table_id == table_id) & (t.snapshots.c.write_token == token))
+        if conn is None:
+            with self._read() as own:
+                row = own.execute(query).first()
+        else:
+            row = conn.execute(query).first()
+        return None if row is None else int(row[0])
+
+    def _commit_once(self, conn: Connection, table_id: int, base: int | None,
+                     change: SnapshotChange, token: str | None = None,
+                     retrying: bool = False) -> tuple[int, bool]:
+        tbl = t.tables.c
+        # The row lock also waits out an earlier attempt of this commit that the database may
+        # still be finishing, so the token lookup below sees whether it landed.
+        row = conn.execute(sa.select(tbl.current_snapshot_id, tbl.last_snapshot_id).where(
+            tbl.table_id == table_id).with_for_update()).first()
+        if row is None:
+            raise self._dropped(table_id)
+        current, last = row[0], int(row[1])
+        if retrying and token is not None:
+            mine = self._landed(table_id, token, conn)
+            if mine is not None:
+                return mine, False
+        if change.commit_id is not None:
+            dup = conn.execute(sa.select(t.snapshots.c.snapshot_id).where(
+                (t.snapshots.c.table_id == table_id)
+                & (t.snapshots.c.commit_id == change.commit_id))).first()
+            if dup is not None:
+                return int(dup[0]), True
+        if current != base and change.on_rebase is not None and current is not None:
+            change.on_rebase(self.files_added_between(conn, table_id, base, current))
+        new_id = last + 1
+        if change.remove:
+            # Only files that were live in the base snapshot the change was planned on: a file
+            # committed after it is never one the plan read, whatever its id.
+            res = conn.execute(
+                t.files.update()
+                .where((t.files.c.table_id == table_id)
+                       & t.files.c.file_id.in_(list(change.remove))
+                       & (t.files.c.added_snapshot <= (-1 if base is None else base))
+                       & t.files.c.removed_snapshot.is_(None))
+                .values(removed_snapshot=new_id))
+            if res.rowcount != len(change.remove):
+                raise CommitConflict(
+                    f"Another commit removed {len(change.remove) - res.rowcount} of the files "
+                    f"this {change.kind} read; the table is unchanged. Retry the {change.kind} "
+                    "on the current snapshot.")
+        partition_ids = self._partition_ids(conn, table_id, [*change.add, *change.changelog])
+        if change.add:
+            conn.execute(t.files.insert(), [
+                dict(table_id=table_id, path=f.path, partition_id=partition_ids.get(
+                    f.partition_path), bucket=f.bucket, added_snapshot=new_id,
+                    removed_snapshot=None, schema_id=f.schema_id, row_count=f.row_count,
+                    file_size=f.file_size, content=f.content, stats=f.stats, key_min=f.key_min,
+                    key_max=f.key_max,
+                    # A new run's versions are ordered by the snapshot that commits them;
+                    # compaction output keeps the sequence range of its inputs.
+                    seq_min=new_id if f.seq_min is None else f.seq_min,
+                    seq_max=new_id if f.seq_max is None else f.seq_max)
+                for f in change.add])
+        if change.changelog:
+            conn.execute(t.files.insert(), [
+                dict(table_id=table_id, path=f.path, partition_id=partition_ids.get(
+                    f.partition_path), bucket=f.bucket, added_snapshot=new_id,
+                    removed_snapshot=new_id + 1, schema_id=f.schema_id, row_count=f.row_count,
+                    file_size=f.file_size, content="changelog", stats=f.stats,
+                    key_min=f.key_min, key_max=f.key_max, seq_min=new_id, seq_max=new_id)
+                for f in change.changelog])
+        totals = (0, 0)
+        committed_at = now_ms()
+        if current is not None:
+            s = t.snapshots.c
+            prev = conn.execute(sa.select(s.total_files, s.total_rows, s.committed_at)
+                                .where((s.table_id == table_id)
+                                       & (s.snapshot_id == current))).first()
+            if prev is not None:
+                totals = (int(prev[0]), int(prev[1]))
+                # Commit times never go backwards along the chain, even when writers' clocks
+                # disagree: time travel relies on it.
+                committed_at = max(committed_at, int(prev[2]))
+            conn.execute(t.snapshots.update().where(
+                (s.table_id == table_id) & (s.snapshot_id == current)
+            ).values(superseded_at=committed_at))
+        added_rows = sum(f.row_count for f in change.add)
+        conn.execute(t.snapshots.insert().values(
+            table_id=table_id, snapshot_id=new_id, parent_id=current, kind=change.kind,
+            committed_at=committed_at, schema_id=change.schema_id, commit_id=change.commit_id,
+            write_token=token,
+            added_files=len(change.add), removed_files=len(change.remove),
+            added_rows=added_rows, removed_rows=change.removed_rows,
+            total_files=totals[0] + len(change.add) - len(change.remove),
+            total_rows=totals[1] + added_rows - change.removed_rows,
+            summary=json.dumps(change.summary)))
+        res = conn.execute(t.tables.update().where(
+            (tbl.table_id == table_id) & (tbl.last_snapshot_id == last)
+        ).values(current_snapshot_id=new_id, last_snapshot_id=new_id))
+        if res.rowcount != 1:
+            raise _LostRace(f"another writer committed snapshot {new_id} first")
+        return new_id, False
+
+    def _partition_ids(self, conn: Connection, table_id: int,
+                       add: Sequence[NewFile]) -> dict[str | None, int | None]:
+        wanted = {f.partition_path: f.partition_values for f in add if f.partition_path is not None}
+        ids: dict[str | None, int | None] = {None: None}
+        if not wanted:
+            return ids
+        c = t.partitions.c
+        paths = list(wanted)
+        for chunk_start in range(0, len(paths), 500):
+            chunk = paths[chunk_start:chunk_start + 500]
+            for pid, path in conn.execute(sa.select(c.partition_id, c.path).where(
+                    (c.table_id == table_id) & c.path.in_(chunk))):
+                ids[path] = int(pid)
+        missing = [p for p in paths if p not in ids]
+        for path in missing:
+            ids[path] = int(conn.execute(t.partitions.insert().values(
+                table_id=table_id, path=path, partition_values=wanted[path]
+            )).inserted_primary_key[0])  # type: ignore[index]
+        return ids
+
+
+class _LostRace(Exception):
+    pass

@@ -1,0 +1,138 @@
+"""Plain records the metastore hands out and takes (tables, new files, commits) and the
+checks on names and commit ids."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from arrowlake.errors import (
+    InvalidName,
+    ValidationError,
+)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+#: Longest namespace, table or tag name and commit id the metastore columns hold.
+MAX_NAME_LENGTH = 255
+_CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def check_name(kind: str, name: object) -> str:
+    """``name`` if it fits a name column on every metastore, else :class:`InvalidName`."""
+    if (not isinstance(name, str) or not name or len(name) > MAX_NAME_LENGTH
+            or _CONTROL_CHARACTERS.search(name)):
+        shown = name if not isinstance(name, str) or len(name) <= 80 else name[:80] + "..."
+        raise InvalidName(
+            f"Invalid {kind} name {shown!r}: use 1 to {MAX_NAME_LENGTH} characters, none of them "
+            "a control character (NUL, newline, tab)")
+    return name
+
+
+def check_commit_id(commit_id: object) -> None:
+    """Refuse a commit id no metastore can store (PostgreSQL text cannot hold NUL)."""
+    if commit_id is None:
+        return
+    if (not isinstance(commit_id, str) or not commit_id or len(commit_id) > MAX_NAME_LENGTH
+            or "\x00" in commit_id):
+        shown = commit_id if not isinstance(commit_id, str) or len(commit_id) <= 80 \
+            else commit_id[:80] + "..."
+        raise ValidationError(
+            f"Invalid commit_id {shown!r}: use a string of 1 to {MAX_NAME_LENGTH} characters "
+            "without NUL; nothing was written")
+
+
+@dataclass(frozen=True)
+class TableRecord:
+    table_id: int
+    namespace: str
+    name: str
+    location: str
+    current_schema_id: int
+    current_snapshot_id: int | None
+    last_field_id: int
+    partition_by: tuple[str, ...]
+    primary_key: tuple[str, ...]
+    buckets: int | None
+    properties: dict[str, str]
+    created_at: int
+
+    @property
+    def full_name(self) -> str:
+        return f"{self.namespace}.{self.name}"
+
+
+@dataclass(frozen=True)
+class NewFile:
+    """A data file written by a writer, to be recorded by a commit."""
+
+    path: str  # relative to the table location
+    schema_id: int
+    row_count: int
+    file_size: int
+    stats: str = "{}"
+    partition_path: str | None = None
+    partition_values: str | None = None  # JSON, see arrowlake.io.stats
+    bucket: int | None = None
+    content: str = "data"
+    key_min: str | None = None
+    key_max: str | None = None
+    seq_min: int | None = None
+    seq_max: int | None = None
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    snapshot_id: int | None
+    attempts: int = 1
+    duplicate: bool = False  # a snapshot with the same commit id existed already
+
+
+@dataclass(frozen=True)
+class SnapshotChange:
+    """What one commit does, described as data (so it can be retried on a new base)."""
+
+    kind: str
+    schema_id: int
+    add: Sequence[NewFile] = ()
+    remove: Sequence[int] = ()  # file ids
+    removed_rows: int = 0
+    commit_id: str | None = None
+    summary: dict[str, Any] = field(default_factory=dict)
+    # Called inside the transaction when other commits landed after ``base``; gets the files they
+    # added and raises CommitConflict if this change can no longer be applied on top of them.
+    on_rebase: Callable[[pa.Table], None] | None = None
+    # Changelog files of primary-key tables (changelog producers ``input`` and ``lookup``):
+    # recorded with content ``changelog`` and read by this snapshot only, so they are never
+    # part of a table's live files and expire with the snapshot that wrote them.
+    changelog: Sequence[NewFile] = ()
+
+
+FILE_COLUMNS = (
+    "file_id", "path", "partition_id", "bucket", "added_snapshot", "removed_snapshot",
+    "schema_id", "row_count", "file_size", "content", "stats", "key_min", "key_max",
+    "seq_min", "seq_max",
+)
+_FILE_TYPES = {
+    "file_id": pa.int64(), "path": pa.string(), "partition_id": pa.int64(),
+    "bucket": pa.int32(), "added_snapshot": pa.int64(), "removed_snapshot": pa.int64(),
+    "schema_id": pa.int32(), "row_count": pa.int64(), "file_size": pa.int64(),
+    "content": pa.string(), "stats": pa.string(), "key_min": pa.string(),
+    "key_max": pa.string(), "seq_min": pa.int64(), "seq_max": pa.int64(),
+}
+FILE_SCHEMA = pa.schema([(c, _FILE_TYPES[c]) for c in FILE_COLUMNS])
+
+
+def rows_to_table(rows: Sequence[Sequence[Any]], schema: pa.Schema) -> pa.Table:
+    # Transposing with zip keeps the per-row work inside the interpreter's C code.
+    columns = list(zip(*rows, strict=True)) if rows else [() for _ in schema]
+    return pa.table([pa.array(c, type=f.type) for c, f in zip(columns, schema, strict=True)],
+                    schema=schema)
