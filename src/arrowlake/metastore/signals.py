@@ -139,53 +139,43 @@ _PG_LISTENERS: dict[str, _PgListener] = {}
 _SQLITE_WATCHERS: dict[str, _SqliteWatcher] = {}
 
 
-def watch(url: str, engine: Any) -> Callable[[], None]:
-    """Watch an SQLite metastore for commits of any connection while the returned function has
-    not been called (one thread and connection per URL, shared by the process's streams)."""
+def _share(registry: dict[str, Any], url: str, engine: Any,
+           make: Callable[[str, Any], Any]) -> tuple[Any, Callable[[], None]]:
+    """The URL's running thread in ``registry`` (started by ``make`` if there is none), and a
+    function to call once when done with it: the last user stops it."""
     with _LOCK:
-        watcher = _SQLITE_WATCHERS.get(url)
-        if watcher is None:
-            watcher = _SQLITE_WATCHERS[url] = _SqliteWatcher(url, engine)
-            watcher.start()
-        watcher.users += 1
+        thread = registry.get(url)
+        if thread is None:
+            thread = registry[url] = make(url, engine)
+            thread.start()
+        thread.users += 1
     done = threading.Event()
 
-    def unwatch() -> None:
+    def release() -> None:
         if done.is_set():
             return
         done.set()
         with _LOCK:
-            watcher.users -= 1
-            if watcher.users == 0:
-                watcher.stop.set()
-                _SQLITE_WATCHERS.pop(url, None)
+            thread.users -= 1
+            if thread.users == 0:
+                thread.stop.set()
+                registry.pop(url, None)
 
-    return unwatch
+    return thread, release
+
+
+def watch(url: str, engine: Any) -> Callable[[], None]:
+    """Watch an SQLite metastore for commits of any connection while the returned function has
+    not been called (one thread and connection per URL, shared by the process's streams)."""
+    return _share(_SQLITE_WATCHERS, url, engine, _SqliteWatcher)[1]
 
 
 def listen(url: str, engine: Any) -> Callable[[], None]:
     """Listen for commit notifications of a PostgreSQL metastore while the returned function
     has not been called (one connection per URL, shared by the process's streams)."""
-    with _LOCK:
-        listener = _PG_LISTENERS.get(url)
-        if listener is None:
-            listener = _PG_LISTENERS[url] = _PgListener(url, engine)
-            listener.start()
-        listener.users += 1
+    listener, release = _share(_PG_LISTENERS, url, engine, _PgListener)
     listener.ready.wait(10)
-    done = threading.Event()
-
-    def unlisten() -> None:
-        if done.is_set():
-            return
-        done.set()
-        with _LOCK:
-            listener.users -= 1
-            if listener.users == 0:
-                listener.stop.set()
-                _PG_LISTENERS.pop(url, None)
-
-    return unlisten
+    return release
 
 
 def _after_fork_in_child() -> None:
