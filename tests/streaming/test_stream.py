@@ -74,6 +74,40 @@ def test_append_table_changes_are_exact_rows_added_and_removed(lake):
     ]
 
 
+def test_a_delete_read_after_its_columns_were_renamed_removes_the_same_rows(sqlite_lake):
+    """A delete records its filter in the names of its time; a stream reading it after a
+    rename (and after another column took the old name) reads it by field id."""
+    t = sqlite_lake.create_table("s.plain", PLAIN)
+    t.append({"id": [1, 2, 3], "region": ["EU", "US", "EU"]})
+    opened_before = t.stream(start="latest", include_row_kind=True, stop_at_latest=True)
+    assert drain(opened_before) == []
+    t.delete("region = 'US'")
+    t.rename_column("region", "area")
+    t.add_column("region", pa.string())
+    t.append({"id": [4], "area": ["EU"], "region": ["US"]})
+    # A stream keeps the schema it was opened with (columns followed by field id).
+    assert [(c.kind, rows(c, "id")) for c in drain(opened_before)] == [
+        ("delete", [{"id": 2, "region": "US", "_row_kind": "-D"}]),
+        ("append", [{"id": 4, "region": "EU", "_row_kind": "+I"}]),
+    ]
+    stream = t.stream(start=2, include_row_kind=True, stop_at_latest=True)  # the delete
+    got = [(c.kind, rows(c, "id")) for c in drain(stream)]
+    assert got == [
+        ("delete", [{"id": 2, "area": "US", "region": None, "_row_kind": "-D"}]),
+        ("append", [{"id": 4, "area": "EU", "region": "US", "_row_kind": "+I"}]),
+    ]
+
+
+def test_a_delete_by_a_column_dropped_since_is_refused_with_a_clear_error(sqlite_lake):
+    t = sqlite_lake.create_table("s.plain", PLAIN)
+    t.append({"id": [1, 2], "region": ["EU", "US"]})
+    t.delete("region = 'US'")
+    t.drop_column("region")
+    with pytest.raises(ValidationError, match="dropped since"):
+        drain(t.stream(start=2, stop_at_latest=True))
+    assert [c.kind for c in t.stream(start="latest", stop_at_latest=True)] == []
+
+
 def test_filter_columns_and_row_kind_column(sqlite_lake):
     t = sqlite_lake.create_table("s.kv", KEYED, primary_key=["k"], buckets=2)
     t.upsert({"k": [1, 2], "region": ["EU", "US"], "amount": [1, 2]})

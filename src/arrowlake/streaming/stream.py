@@ -47,6 +47,7 @@ from arrowlake.expressions import (
     may_match,
     parse_filter,
     referenced_columns,
+    rename_columns,
     to_arrow,
     to_expression,
 )
@@ -63,7 +64,7 @@ from arrowlake.scan.planning import (
     plan_files,
 )
 from arrowlake.scan.split import MergeSpec, Split
-from arrowlake.schema import find_field
+from arrowlake.schema import field_id, find_field
 from arrowlake.streaming.catchup import NetChangeSplit
 from arrowlake.streaming.change import ROW_KIND_FIELD, AnySplit, Change, ChangeSplit
 from arrowlake.table.table import register_stream_factory
@@ -94,6 +95,7 @@ class _Snapshot:
     committed_at: int
     summary: dict[str, Any]
     files: int = 0  # files the snapshot added and removed, as its row records
+    schema_id: int | None = None  # the table's schema when the snapshot was committed
 
 
 def _by_snapshot(files: pa.Table, column: str, ids: Sequence[int]) -> list[pa.Table]:
@@ -420,7 +422,8 @@ class Stream:
         self._queue.extend(
             _Snapshot(int(r["snapshot_id"]), str(r["kind"]), int(r["committed_at"]),
                       json.loads(r["summary"] or "{}"),
-                      int(r["added_files"] or 0) + int(r["removed_files"] or 0))
+                      int(r["added_files"] or 0) + int(r["removed_files"] or 0),
+                      None if r["schema_id"] is None else int(r["schema_id"]))
             for r in rows)
 
     def _files_changed(self, snap: _Snapshot) -> tuple[pa.Table, pa.Table]:
@@ -556,7 +559,8 @@ class Stream:
         carried = set(snap.summary.get("rewritten_paths", ()))
         if removed.num_rows:
             if recorded is not None:
-                removed_by = parse_filter(recorded) if recorded else AlwaysTrue()
+                removed_by = self._in_current_names(
+                    parse_filter(recorded), snap) if recorded else AlwaysTrue()
                 expr = and_all([removed_by, self._expr])
             else:
                 expr = self._expr
@@ -567,6 +571,29 @@ class Stream:
             added = added.filter(new)
         splits += self._splits(view, added, row_kind="+I", merged=False)
         return splits
+
+    def _in_current_names(self, expr: Expr, snap: _Snapshot) -> Expr:
+        """A filter recorded by ``snap`` in the column names of its time, in the names of the
+        schema this stream reads (columns matched by field id: a later rename, or a new column
+        taking an old name, does not change which rows it selects)."""
+        if snap.schema_id is None:
+            return expr
+        then = self._metastore.schema(self._table_id, snap.schema_id)
+        now = {field_id(f): f.name for f in self._schema}
+        mapping: dict[str, str] = {}
+        for name in referenced_columns(expr):
+            top = name.split(".", 1)[0]
+            if top not in then.names:
+                continue
+            current = now.get(field_id(then.field(top)))
+            if current is None:
+                raise ValidationError(
+                    f"Snapshot {snap.snapshot_id} of table {self._table.name} deleted rows by "
+                    f"column '{top}', which has been dropped since: its removed rows cannot be "
+                    "told apart any more. Start the stream after that snapshot (start='latest' "
+                    "or a later snapshot id)")
+            mapping[name] = current + name[len(top):]
+        return rename_columns(expr, mapping) if mapping else expr
 
     # -- catch-up ----------------------------------------------------------------------------
 
