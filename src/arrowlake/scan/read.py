@@ -37,6 +37,7 @@ from arrowlake.expressions import (
     to_arrow,
 )
 from arrowlake.expressions.binding import value_type
+from arrowlake.expressions.tree import And, Comparison, Literal, Or
 from arrowlake.io.prefetch import FileRef, prefetched_windows
 from arrowlake.io.stats import decode_values
 from arrowlake.io.storage import Storage, data_file_damage
@@ -345,7 +346,8 @@ def _pushable(expr: Expr, schema: pa.Schema, file_schema: pa.Schema,
     out and bound an all-zero group by ``[-0.0, 0.0]``, and pyarrow's pruning with them
     drops rows (``x != 1`` loses NaN rows, ``x IN (0.0)`` a group of zeros) and its
     ``count_rows`` counts rows that do not match (NaN under ``x <= 1``). They are applied to
-    the rows read instead, with Arrow's own kernels.
+    the rows read instead, with Arrow's own kernels; what pyarrow gets in their place is a
+    range each one implies (:func:`_float_range`), so row groups are still pruned.
     """
     def floating(name: str) -> bool:
         old = physical.get(name)
@@ -357,8 +359,41 @@ def _pushable(expr: Expr, schema: pa.Schema, file_schema: pa.Schema,
     push: list[Expr] = []
     keep: list[Expr] = []
     for c in conjuncts(expr):
-        (keep if any(floating(n) for n in referenced_columns(c)) else push).append(c)
+        if any(floating(n) for n in referenced_columns(c)):
+            keep.append(c)
+            implied = _float_range(c)
+            if implied is not None:
+                push.append(implied)
+        else:
+            push.append(c)
     return and_all(push), and_all(keep)
+
+
+def _float_range(expr: Expr) -> Expr | None:
+    """A filter that ``expr`` implies and that pyarrow prunes float row groups with correctly,
+    or None. Ranges (``<``, ``<=``, ``>``, ``>=`` a number) are false for NaN like the rows'
+    own test, so statistics without NaN bound them right, and they compare -0.0 and 0.0 by
+    value; ``=`` becomes the range ``>= v AND <= v`` (pyarrow's equality pruning is not
+    trusted with signed zeros); an OR (``IN`` on floats) keeps its branches only if each has
+    a range; an AND keeps the branches that have one. The exact filter is applied to the rows
+    after reading, so this only has to keep every row the filter is true for."""
+    if isinstance(expr, Comparison) and isinstance(expr.right, Literal):
+        value = expr.right.value
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+            return None
+        if expr.op in ("<", "<=", ">", ">="):
+            return expr
+        if expr.op == "=":
+            return And(Comparison(">=", expr.left, expr.right),
+                       Comparison("<=", expr.left, expr.right))
+        return None
+    if isinstance(expr, Or):
+        left, right = _float_range(expr.left), _float_range(expr.right)
+        return None if left is None or right is None else Or(left, right)
+    if isinstance(expr, And):
+        parts = [p for p in (_float_range(expr.left), _float_range(expr.right)) if p is not None]
+        return and_all(parts) if parts else None
+    return None
 
 
 def _needed_columns(split: Split) -> tuple[list[str], bool]:
