@@ -223,14 +223,14 @@ def test_compaction_that_loses_a_race_is_dropped(users, monkeypatch):
     original = compaction._write_compacted
     state = {"raced": False}
 
-    def racing(table, merged, runs):
+    def racing(table, merged, runs, *rest):
         if not state["raced"]:
             state["raced"] = True
             other = al.Table(table._lake, table._record)
             monkeypatch.setattr(compaction, "_write_compacted", original)
             assert other.compact(full=True).snapshot_id is not None
             monkeypatch.setattr(compaction, "_write_compacted", racing)
-        return original(table, merged, runs)
+        return original(table, merged, runs, *rest)
 
     monkeypatch.setattr(compaction, "_write_compacted", racing)
     result = users.compact(full=True)
