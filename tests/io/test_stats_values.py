@@ -269,3 +269,31 @@ def test_item13_long_partition_values_of_a_key_table(sqlite_lake: al.Lake) -> No
     t.upsert({"k": [1], "p": [long_a], "v": [10]})
     assert sorted(t.to_arrow().column("v").to_pylist()) == [2, 10]
     assert t.scan(filter=f"p = '{long_a}' and k = 1").to_arrow().column("v").to_pylist() == [10]
+
+
+def test_string_bounds_from_parquet_statistics_match_min_max(sqlite_lake: al.Lake) -> None:
+    # Short strings take their bounds from the Parquet writer's statistics, longer ones from
+    # min_max: both must give the bytewise (code point) bounds of each file, nulls skipped,
+    # across row groups and with multi-byte characters (é sorts after z, 😀 after €).
+    values = ["z", "é", None, "abc", "€uro", "😀", "", None, "y" * 40, "a" * 31, "zz"]
+    t = sqlite_lake.create_table("s", pa.schema([("s", pa.string()), ("l", pa.large_string()),
+                                                 ("n", pa.string())]),
+                                 properties={"write.row-group-rows": "3"})
+    for chunk in (values[:4], values[4:8], values[8:], values):
+        t.append({"s": chunk, "l": list(reversed(chunk)), "n": [None] * len(chunk)})
+    fids = {name: str(field_id(t.schema.field(name))) for name in ("s", "l", "n")}
+    files = t._metastore.live_files(t._record.table_id, t.current_snapshot_id)
+    by_path = dict(zip(files.column("path").to_pylist(), files.column("stats").to_pylist(),
+                       strict=True))
+    assert len(by_path) == 4
+    for path, text in by_path.items():
+        stats = json.loads(text)
+        rows = pq.read_table(t._storage.join(t._record.location, path))
+        for name in ("s", "l"):
+            present = [v for v in rows.column(name).to_pylist() if v is not None]
+            assert stats[fids[name]] == [min(present), max(present),
+                                         rows.num_rows - len(present)], (path, name)
+        assert stats[fids["n"]] == [None, None, rows.num_rows]
+    assert t.scan(filter="s = 'é'").count() == 2
+    above = sorted(v for v in values if v is not None and v > "zz") * 2
+    assert sorted(t.scan(filter="s > 'zz'").to_arrow().column("s").to_pylist()) == sorted(above)

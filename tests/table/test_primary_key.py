@@ -223,18 +223,47 @@ def test_compaction_that_loses_a_race_is_dropped(users, monkeypatch):
     original = compaction._write_compacted
     state = {"raced": False}
 
-    def racing(table, merged, runs):
+    def racing(table, merged, runs, *rest):
         if not state["raced"]:
             state["raced"] = True
             other = al.Table(table._lake, table._record)
             monkeypatch.setattr(compaction, "_write_compacted", original)
             assert other.compact(full=True).snapshot_id is not None
             monkeypatch.setattr(compaction, "_write_compacted", racing)
-        return original(table, merged, runs)
+        return original(table, merged, runs, *rest)
 
     monkeypatch.setattr(compaction, "_write_compacted", racing)
     result = users.compact(full=True)
     assert result.dropped and result.snapshot_id is None
+    assert users.to_arrow().sort_by("id").equals(expected)
+    from datetime import timedelta
+
+    assert users.remove_orphan_files(older_than=timedelta(0)).files == []
+
+
+def test_compaction_failing_in_one_bucket_leaves_no_files(users, monkeypatch):
+    # Buckets are merged concurrently: when one fails, the others' files (written or being
+    # written) are deleted, and the table is as it was.
+    users.upsert(rows(range(40), "a"))
+    users.upsert(rows(range(0, 40, 2), "b"))
+    expected = users.to_arrow().sort_by("id")
+    snapshot = users.current_snapshot_id
+    from arrowlake.table import compaction
+
+    original = compaction.merge_bucket
+    calls = []
+
+    def failing(split, files, *args, **kwargs):
+        calls.append(files)
+        if len(calls) == 2:
+            raise OSError("disk gone")
+        return original(split, files, *args, **kwargs)
+
+    monkeypatch.setattr(compaction, "merge_bucket", failing)
+    with pytest.raises(OSError, match="disk gone"):
+        users.compact(full=True)
+    assert len(calls) >= 2
+    assert users.current_snapshot_id == snapshot
     assert users.to_arrow().sort_by("id").equals(expected)
     from datetime import timedelta
 

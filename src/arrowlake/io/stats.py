@@ -104,12 +104,41 @@ def decode_values(values: Sequence[Any], typ: pa.DataType) -> pa.Array:
 
 def column_stats(table: pa.Table | pa.RecordBatch, schema: pa.Schema) -> dict[str, list[Any]]:
     """``{field id: [min, max, null_count]}`` for the top-level columns of ``table``."""
+    return column_stats_deferring(table, schema, defer_strings=False)[0]
+
+
+#: Strings shorter than this many bytes take their bounds from the Parquet writer's statistics
+#: (:func:`fill_deferred_bounds`) rather than from ``min_max``, which is slow on strings. Arrow's
+#: writer keeps such bounds exact (it drops, never truncates, values over 4 KiB); writers that
+#: truncate do so at 64 bytes or more, so a value this short is never a truncated one.
+PARQUET_STRING_BOUND_BYTES = 32
+
+
+def _is_string(typ: pa.DataType) -> bool:
+    return pa.types.is_string(typ) or pa.types.is_large_string(typ) or \
+        pa.types.is_string_view(typ)
+
+
+def column_stats_deferring(table: pa.Table | pa.RecordBatch, schema: pa.Schema, *,
+                           defer_strings: bool = True
+                           ) -> tuple[dict[str, list[Any]], list[tuple[str, str]]]:
+    """:func:`column_stats`, except that with ``defer_strings`` the bounds of string columns
+    whose values are all shorter than :data:`PARQUET_STRING_BOUND_BYTES` are left for
+    :func:`fill_deferred_bounds` to take from the Parquet statistics of the row group these
+    rows were written as. Returns the stats and those columns as ``(field id, name)``."""
     out: dict[str, list[Any]] = {}
+    deferred: list[tuple[str, str]] = []
     for field in schema:
         col = table.column(field.name)
+        fid = str(field_id(field))
         nulls = col.null_count
         lo = hi = None
         if _storage_type(field.type) is not None and nulls < len(col):
+            if defer_strings and _is_string(field.type) and "." not in field.name and (
+                    pc.max(pc.binary_length(col)).as_py() or 0) < PARQUET_STRING_BOUND_BYTES:
+                out[fid] = [None, None, nulls]
+                deferred.append((fid, field.name))
+                continue
             try:
                 mm = pc.min_max(col)
             except (pa.ArrowNotImplementedError, pa.ArrowInvalid):
@@ -121,8 +150,50 @@ def column_stats(table: pa.Table | pa.RecordBatch, schema: pa.Schema) -> dict[st
         entry = [lo, hi, nulls]
         if pa.types.is_floating(field.type):
             entry.append(int(pc.sum(pc.is_nan(col)).as_py() or 0) if len(col) else 0)
-        out[str(field_id(field))] = entry
-    return out
+        out[fid] = entry
+    return out, deferred
+
+
+def fill_deferred_bounds(chunks: Sequence[tuple[dict[str, list[Any]], int]],
+                         deferred: Sequence[Sequence[tuple[str, str]]],
+                         metadata: Any) -> None:
+    """Set the bounds :func:`column_stats_deferring` left out of each chunk's stats (in place)
+    from the Parquet ``metadata`` of the file the chunks were written to, in order (a chunk
+    may span several row groups). A bound the file does not hold exactly stays unknown."""
+    leaves = {metadata.schema.column(i).path: i for i in range(metadata.num_columns)} \
+        if metadata.num_row_groups else {}
+    group = 0
+    for (stats, rows), columns in zip(chunks, deferred, strict=True):
+        groups = []
+        covered = 0
+        while covered < rows and group < metadata.num_row_groups:
+            groups.append(metadata.row_group(group))
+            covered += groups[-1].num_rows
+            group += 1
+        if covered != rows:
+            return  # not the layout written: leave the remaining bounds unknown
+        for fid, name in columns:
+            index = leaves.get(name)
+            if index is None:
+                continue
+            los: list[str] = []
+            his: list[str] = []
+            for row_group in groups:
+                st = row_group.column(index).statistics
+                if row_group.column(index).num_values == 0 or st is None:
+                    continue
+                if st.null_count == row_group.num_rows:
+                    continue  # only nulls here: no bounds needed
+                lo, hi = (st.min, st.max) if st.has_min_max else (None, None)
+                if not (isinstance(lo, str) and isinstance(hi, str)) or max(
+                        len(lo.encode()), len(hi.encode())) >= PARQUET_STRING_BOUND_BYTES:
+                    los = []
+                    break
+                los.append(lo)
+                his.append(hi)
+            if los:
+                # Bytewise, as min_max and Parquet compare UTF-8: code point order is the same.
+                stats[fid][0], stats[fid][1] = min(los), max(his)
 
 
 def merge_stats(parts: Sequence[tuple[dict[str, list[Any]], int]],

@@ -25,8 +25,9 @@ import pyarrow.parquet as pq
 
 from arrowlake.errors import ValidationError
 from arrowlake.io.stats import (
-    column_stats,
+    column_stats_deferring,
     encode_partition_value,
+    fill_deferred_bounds,
     merge_stats,
     partition_path,
 )
@@ -153,6 +154,8 @@ class DataFileWriter:
         self._sink: pa.NativeFile | None = None
         self._path: str | None = None
         self._chunks: list[tuple[dict[str, list[Any]], int]] = []
+        # Per chunk, the string columns whose bounds come from the file's Parquet statistics.
+        self._deferred: list[list[tuple[str, str]]] = []
         self._hook_chunks: list[pa.Table] = []
         self._rows = 0
         self._dictionary_columns: list[str] | None = None
@@ -225,7 +228,9 @@ class DataFileWriter:
             self._open()
         assert self._writer is not None and self._sink is not None
         self._writer.write_table(table, row_group_size=table.num_rows)
-        self._chunks.append((column_stats(table, self.target.schema), table.num_rows))
+        stats, deferred = column_stats_deferring(table, self.target.schema)
+        self._chunks.append((stats, table.num_rows))
+        self._deferred.append(deferred)
         if self.file_hook is not None:
             self._hook_chunks.append(table)
         self._rows += table.num_rows
@@ -239,6 +244,12 @@ class DataFileWriter:
         self._writer.close()
         size = self._sink.tell()
         self._sink.close()
+        if any(self._deferred):
+            # The writer computed these strings' bounds as it encoded them (cheaper than
+            # min_max); without its metadata they stay unknown, which only prunes less.
+            metadata = getattr(getattr(self._writer, "writer", None), "metadata", None)
+            if metadata is not None:
+                fill_deferred_bounds(self._chunks, self._deferred, metadata)
         extra = self.file_hook(pa.concat_tables(self._hook_chunks)) if self.file_hook else {}
         self.files.append(NewFile(
             path=self._path, schema_id=self.target.schema_id, row_count=self._rows,
@@ -248,7 +259,7 @@ class DataFileWriter:
             bucket=self.bucket, **extra,
         ))
         self._writer = self._sink = self._path = None
-        self._chunks, self._hook_chunks, self._rows = [], [], 0
+        self._chunks, self._deferred, self._hook_chunks, self._rows = [], [], [], 0
 
     def close(self) -> list[NewFile]:
         self.flush()

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -40,6 +41,7 @@ from arrowlake.io.writer import (
     FileTarget,
     WriteOptions,
     close_all,
+    dictionary_columns,
 )
 from arrowlake.merge import ROW_KIND, SEQUENCE, Deduplicate, FirstRow
 from arrowlake.merge.runs import KIND_COLUMN, KIND_FIELD_ID, key_json, run_schema
@@ -308,17 +310,36 @@ def _commit(table: Table, plan: _Plan, picks: list[tuple[list[Run], bool]],
     added: list[NewFile] = []
     writers: list[DataFileWriter] = []
     inputs = [[f for run in runs for f in run] for runs, _ in picks]
-    try:
-        for files, (_, includes_oldest) in zip(inputs, picks, strict=True):
+    partitions = {pid: (path, values) for pid, path, values in
+                  table._metastore.partitions(table._record.table_id)} if picks else {}
+    # One choice of dictionary columns for all the buckets, made on the first one's rows.
+    dictionary: Future[list[str]] = Future()
+
+    def merge_and_write(index: int) -> DataFileWriter:
+        files = inputs[index]
+        try:
             split = make_splits(plan.view, files, columns=columns,
                                 expr=AlwaysTrue(), target_bytes=1 << 62, merge=merge)[0]
             # Tombstones may go once nothing older is left to hide, except with a sequence
             # field: a version written later with a smaller sequence value must stay hidden.
-            keep = not includes_oldest or plan.sequence_field
+            keep = not picks[index][1] or plan.sequence_field
             merged = _as_run(table, merge_bucket(split, files, columns, AlwaysTrue(),
                                                  keep_retractions=keep))
-            # The pool writes this bucket while the next one is read and merged.
-            writers.append(_write_compacted(table, merged, files))
+            if index == 0:
+                dictionary.set_result(dictionary_columns(merged))
+        except BaseException as exc:
+            if index == 0:
+                dictionary.set_exception(exc)
+            raise
+        return _write_compacted(table, merged, files, partitions, dictionary.result())
+
+    # Buckets are read and merged two at a time (Arrow and numpy release the GIL), each handed
+    # to the write pool as soon as it is merged.
+    pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="arrowlake-compact")
+    futures: list[Future[DataFileWriter]] = []
+    try:
+        futures = [pool.submit(merge_and_write, i) for i in range(len(inputs))]
+        writers = [future.result() for future in futures]
         added = close_all(writers)
         removed = [f for files in inputs for f in files]
         change = SnapshotChange(
@@ -332,10 +353,15 @@ def _commit(table: Table, plan: _Plan, picks: list[tuple[list[Run], bool]],
             _discard(table, [*added, *log_files])
             return CompactionResult(None, dropped=True)
     except BaseException:
-        for writer in writers:
-            writer.abort()
+        # Let every bucket's task end first: one still merging would start a writer later.
+        pool.shutdown(wait=True, cancel_futures=True)
+        for future in futures:
+            if future.done() and not future.cancelled() and future.exception() is None:
+                future.result().abort()
         _discard(table, [*added, *log_files])
         raise
+    finally:
+        pool.shutdown(wait=False)
     return CompactionResult(result.snapshot_id, len(picks), len(removed), len(added),
                             removed_bytes=sum(f.file_size for f in removed),
                             added_bytes=sum(f.file_size for f in added))
@@ -350,16 +376,20 @@ def _as_run(table: Table, merged: pa.Table) -> pa.Table:
     return pa.Table.from_arrays(merged.columns, schema=schema)
 
 
-def _write_compacted(table: Table, merged: pa.Table, runs: list[FileTask]) -> DataFileWriter:
+def _write_compacted(table: Table, merged: pa.Table, runs: list[FileTask],
+                     partitions: Mapping[int, tuple[str, str]],
+                     dictionary: Sequence[str]) -> DataFileWriter:
     """Start writing one bucket's merged rows (:func:`_as_run`) as a run that keeps the inputs'
-    sequence range; the caller closes the writer (or aborts it)."""
+    sequence range, dictionary-encoding the columns ``dictionary``; the caller closes the
+    writer (or aborts it). ``partitions``: the table's partitions' paths and values by id."""
     rec = table._record
     seq_min = min(f.seq_min or 0 for f in runs)
     seq_max = max(f.seq_max or 0 for f in runs)
     sample = runs[0]
     rel = table._storage.relative(rec.location, sample.path)
     directory = rel.rsplit("/", 1)[0]
-    part = _partition_of(table, sample.partition_id)
+    part: tuple[str | None, str | None] = (None, None) if sample.partition_id is None else \
+        partitions.get(sample.partition_id, (None, None))
     key = list(rec.primary_key)
     target = FileTarget(table._storage, rec.location, merged.schema, rec.current_schema_id,
                         WriteOptions.from_properties(rec.properties, sorted_runs=True))
@@ -368,19 +398,11 @@ def _write_compacted(table: Table, merged: pa.Table, runs: list[FileTask]) -> Da
         bucket=sample.bucket,
         file_hook=lambda t: {"key_min": key_json(t.slice(0, 1), key),
                              "key_max": key_json(t.slice(t.num_rows - 1, 1), key),
-                             "seq_min": seq_min, "seq_max": seq_max})
+                             "seq_min": seq_min, "seq_max": seq_max},
+        dictionary=dictionary)
     try:
         writer.write_all(merged)
     except BaseException:
         writer.abort()
         raise
     return writer
-
-
-def _partition_of(table: Table, partition_id: int | None) -> tuple[str | None, str | None]:
-    if partition_id is None:
-        return None, None
-    for pid, path, values in table._metastore.partitions(table._record.table_id):
-        if pid == partition_id:
-            return path, values
-    return None, None

@@ -310,14 +310,14 @@ def _run_groups(rows: pa.Table, key: list[str], partition_by: list[str], buckets
         width *= max(len(encoded.dictionary), 1)
     order = unique_run_order(rows, key, codes, engine, constant=partition_by)
     if order is not None:
-        # No key repeats within a group, nothing to merge: one sort and one take of the
-        # whole write, then a slice per group (what deduplicating each group would give).
-        ordered = rows.take(pa.array(order))
+        # No key repeats within a group, nothing to merge: one sort of the whole write, then
+        # a take per group (what deduplicating each group would give), so that the write pool
+        # encodes a group while the next one is taken.
         sorted_codes = codes[order]
         starts = np.flatnonzero(np.concatenate(([True], sorted_codes[1:] != sorted_codes[:-1])))
         ends = np.append(starts[1:], len(order))
         for lo, hi in zip(starts.tolist(), ends.tolist(), strict=True):
-            run = ordered.slice(lo, hi - lo)
+            run = rows.take(pa.array(order[lo:hi]))
             yield (tuple(run.column(name)[0] for name in partition_by),
                    int(sorted_codes[lo] % buckets), run)
         return
