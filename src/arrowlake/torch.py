@@ -21,8 +21,11 @@ different base seeds, only ``set_epoch`` reshuffles between epochs. Without ``se
 drawn when the dataset is made (several ranks must pass the same ``seed``).
 
 Rows are shuffled within each reader's share with a buffer of ``shuffle_buffer`` rows (0: rows
-keep the order of their split). Tensors share Arrow's memory where Arrow allows it (numeric
-columns without nulls, in one chunk); do not modify them in place.
+keep the order of their split). Iterated in-process, tensors share Arrow's memory where Arrow
+allows it (numeric columns without nulls, in one chunk); do not modify them in place. In
+DataLoader workers each batch is written once into shared memory, which torch hands over to
+the main process without copying it again (:func:`shared_tensors`); every batch costs one
+hand-over, so large batches move rows fastest.
 
 Streams (``Stream.to_torch()``, :func:`stream_dataset`): the splits of the changes are dealt in
 the order they arrive, and each reader hands over what it holds when the stream catches up.
@@ -33,6 +36,7 @@ the order they arrive, and each reader hands over what it holds when the stream 
 from __future__ import annotations
 
 import multiprocessing
+import os
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -46,7 +50,7 @@ from arrowlake.scan.adapters import register_adapter
 from arrowlake.scan.scan import Scan
 
 __all__ = ["OUTPUTS", "SplitDataset", "StreamSplits", "dataset", "scan_dataset",
-           "stream_dataset"]
+           "shared_tensors", "stream_dataset", "to_tensors"]
 
 OUTPUTS = ("torch", "arrow")
 
@@ -137,6 +141,67 @@ def to_tensors(batch: pa.RecordBatch) -> dict[str, Any]:
     return out
 
 
+_ALIGN = 64  # each column's offset in a shared block: aligned for any element type
+
+
+def _chunks(column: pa.Array | pa.ChunkedArray) -> list[pa.Array]:
+    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+    return [c for c in chunks if len(c)]
+
+
+def _write_all(fd: int, data: memoryview, offset: int) -> None:
+    done = 0
+    while done < len(data):  # a write may be short (very large columns)
+        done += os.pwrite(fd, data[done:], offset + done)
+
+
+def shared_tensors(batch: pa.Table | pa.RecordBatch) -> dict[str, Any] | None:
+    """The batch as a dict of tensors in one block of shared memory, or None where that cannot
+    be made (no ``memfd_create``, an older torch, a sharing strategy other than torch's default
+    ``file_descriptor``, no rows, out of descriptors): then use :func:`to_tensors`.
+
+    For DataLoader workers. A tensor a worker hands over must be in shared memory: torch copies
+    any other into a new shared block, one per column, as it is sent, and the kernel then
+    faults in and zeroes every page of it one by one. Here each column's chunks are written
+    into an anonymous shared-memory file once (a plain write, without page faults, and
+    without first joining the chunks on the heap), all columns in one file, and the tensors are
+    views of it: torch sends its descriptor to the main process, nothing is copied again, and
+    the memory is freed when the last tensor of the batch is dropped there.
+    """
+    torch = require("torch", "torch", "to_torch()")
+    new_shared = getattr(torch.UntypedStorage, "_new_shared_fd_cpu", None)
+    if new_shared is None or not hasattr(os, "memfd_create") or not batch.num_rows \
+            or torch.multiprocessing.get_sharing_strategy() != "file_descriptor":
+        return None
+    layout = []  # (name, numpy chunks, dtype, row shape, offset)
+    size = 0
+    for name, column in zip(batch.schema.names, batch.columns, strict=True):
+        arrays = [np.ascontiguousarray(_numpy(c, name)) for c in _chunks(column)]
+        layout.append((name, arrays, arrays[0].dtype, arrays[0].shape[1:], size))
+        size += -(-sum(a.nbytes for a in arrays) // _ALIGN) * _ALIGN
+    try:
+        fd = os.memfd_create("arrowlake-batch", os.MFD_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        os.ftruncate(fd, size)
+        for _, arrays, _, _, offset in layout:
+            for array in arrays:
+                _write_all(fd, array.reshape(-1).view(np.uint8).data, offset)
+                offset += array.nbytes
+        storage = new_shared(fd, size)  # maps the file and keeps its own descriptor
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    out = {}
+    for name, _, dtype, row_shape, offset in layout:
+        kind = torch.from_numpy(np.empty(0, dtype)).dtype
+        shape = (batch.num_rows, *row_shape)
+        out[name] = torch.empty(0, dtype=kind).set_(storage, offset // dtype.itemsize, shape)
+    return out
+
+
 # -- batching and shuffling (vectorized: tables are sliced and taken, never walked by row) -------
 
 
@@ -144,12 +209,19 @@ def rebatch(tables: Iterable[pa.Table | pa.RecordBatch | _CaughtUp], schema: pa.
             batch_size: int, drop_last: bool) -> Iterator[pa.RecordBatch]:
     """Batches of exactly ``batch_size`` rows (the last one shorter unless ``drop_last``); at
     :data:`CAUGHT_UP` the rows held so far leave as a shorter batch (unless ``drop_last``)."""
+    return (_one_batch(t) for t in _rebatched(tables, schema, batch_size, drop_last))
+
+
+def _rebatched(tables: Iterable[pa.Table | pa.RecordBatch | _CaughtUp], schema: pa.Schema,
+               batch_size: int, drop_last: bool) -> Iterator[pa.Table]:
+    """:func:`rebatch`'s batches as tables that may hold several chunks (not yet copied into
+    one: a batch bound for shared memory is copied there once, chunk by chunk)."""
     pending: list[pa.RecordBatch] = []
     rows = 0
     for part in tables:
         if isinstance(part, _CaughtUp):
             if rows and not drop_last:
-                yield _one_batch(pa.Table.from_batches(pending, schema))
+                yield pa.Table.from_batches(pending, schema)
                 pending, rows = [], 0
             continue
         if not part.num_rows:
@@ -161,12 +233,12 @@ def rebatch(tables: Iterable[pa.Table | pa.RecordBatch | _CaughtUp], schema: pa.
         table = pa.Table.from_batches(pending, schema)
         start = 0
         while rows - start >= batch_size:
-            yield _one_batch(table.slice(start, batch_size))
+            yield table.slice(start, batch_size)
             start += batch_size
         pending = table.slice(start).to_batches()
         rows -= start
     if rows and not drop_last:
-        yield _one_batch(pa.Table.from_batches(pending, schema))
+        yield pa.Table.from_batches(pending, schema)
 
 
 def _one_batch(table: pa.Table) -> pa.RecordBatch:
@@ -314,6 +386,10 @@ class SplitDataset:
     def batches(self, worker: int = 0, workers: int = 1, loader_seed: int | None = None
                 ) -> Iterator[pa.RecordBatch]:
         """This worker's batches of the next epoch, as Arrow record batches."""
+        return (_one_batch(t) for t in self._tables(worker, workers, loader_seed))
+
+    def _tables(self, worker: int, workers: int, loader_seed: int | None
+                ) -> Iterator[pa.Table]:
         epoch = self._this_epoch(loader_seed)
         reader, readers = self._reader(worker, workers)
         parts: Iterable[pa.RecordBatch | pa.Table | _CaughtUp] = _read(
@@ -321,14 +397,23 @@ class SplitDataset:
         if self.shuffle_buffer:
             rng = np.random.default_rng([self.seed or 0, *epoch, reader, 1])
             parts = shuffled(parts, self.schema, self.shuffle_buffer, rng)
-        return rebatch(parts, self.schema, self.batch_size, self.drop_last)
+        return _rebatched(parts, self.schema, self.batch_size, self.drop_last)
 
-    def items(self, worker: int = 0, workers: int = 1, loader_seed: int | None = None
-              ) -> Iterator[Any]:
-        batches = self.batches(worker, workers, loader_seed)
+    def items(self, worker: int = 0, workers: int = 1, loader_seed: int | None = None,
+              shared: bool = False) -> Iterator[Any]:
+        """The next epoch's items; ``shared``: tensors in shared memory (a DataLoader worker
+        hands them over to the main process that way without copying them again)."""
+        tables = self._tables(worker, workers, loader_seed)
         if self.output == "arrow":
-            return batches
-        return (to_tensors(b) for b in batches)
+            return (_one_batch(t) for t in tables)
+        if shared:
+            return (_shared_or_not(t) for t in tables)
+        return (to_tensors(_one_batch(t)) for t in tables)
+
+
+def _shared_or_not(table: pa.Table) -> dict[str, Any]:
+    tensors = shared_tensors(table)
+    return tensors if tensors is not None else to_tensors(_one_batch(table))
 
 
 def _read(splits: Iterable[SplitLike | _CaughtUp]) -> Iterator[pa.RecordBatch | _CaughtUp]:
@@ -374,7 +459,8 @@ def _torch_dataset_class() -> type:
             if info is None:
                 return self.reading.items()
             # Every worker's seed is the DataLoader's base seed (new each epoch) plus its id.
-            return self.reading.items(info.id, info.num_workers, info.seed - info.id)
+            return self.reading.items(info.id, info.num_workers, info.seed - info.id,
+                                      shared=True)
 
         def __reduce__(self) -> tuple[Any, ...]:
             return (_rebuild, (self.reading,))

@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader
 
 import arrowlake as al
 from arrowlake.errors import MissingDependency, ValidationError
-from arrowlake.torch import to_tensors
+from arrowlake.torch import shared_tensors, to_tensors
 from tests.engines.conftest import events_data, fill_append_table, fill_pk_table
 
 WORKERS = 4
@@ -138,6 +138,41 @@ def test_tensors_have_the_columns_types_and_share_arrows_memory(sqlite_lake):
     tensor = to_tensors(arrow)["v"]
     assert tensor.tolist() == list(range(3, 10))
     assert tensor.data_ptr() == arrow.column(0).buffers()[1].address + 3 * 8  # no copy
+
+
+def test_shared_tensors_equal_arrows_for_every_tensor_type_across_chunks():
+    part = pa.table({
+        "i": pa.array([1, 2, 3], pa.int16()), "f": pa.array([1.5, None, 2.0]),
+        "b": [True, False, True], "t": pa.array([1, 2, 3], pa.timestamp("ms")),
+        "e": pa.array([[1, 2], [3, 4], [5, 6]], pa.list_(pa.float32(), 2)),
+        "u": pa.array([7, 8, 9], pa.uint8())})
+    table = pa.concat_tables([part, part.slice(1)])  # two chunks, the second one offset
+    shared = shared_tensors(table)
+    assert shared is not None  # Linux, torch's default sharing strategy
+    expected = to_tensors(table.combine_chunks().to_batches()[0])
+    assert list(shared) == list(expected)
+    for name, tensor in shared.items():
+        assert tensor.dtype == expected[name].dtype and tensor.shape == expected[name].shape
+        assert torch.equal(tensor.nan_to_num(), expected[name].nan_to_num()), name
+        assert tensor.untyped_storage().is_shared()  # sent to the main process as it is
+    assert shared["f"][1].isnan() and shared["e"].tolist()[3] == [3.0, 4.0]
+
+
+def test_workers_hand_over_tensors_in_shared_memory_with_the_right_rows(sqlite_lake):
+    table = fill_append_table(sqlite_lake, commits=4, rows=100)
+    ds = table.scan(columns=["id", "x", "day"]).to_torch(batch_size=70, seed=1, split_bytes=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        batches = list(DataLoader(ds, batch_size=None, num_workers=2))
+    assert all(b["id"].untyped_storage().is_shared() for b in batches)
+    ids = torch.cat([b["id"] for b in batches]).numpy()
+    order = np.argsort(ids)
+    arrow = table.scan(columns=["id", "x", "day"]).to_arrow().sort_by("id")
+    assert np.array_equal(ids[order], arrow["id"].to_numpy())
+    assert np.array_equal(torch.cat([b["x"] for b in batches]).numpy()[order],
+                          arrow["x"].to_numpy())
+    assert np.array_equal(torch.cat([b["day"] for b in batches]).numpy()[order],
+                          arrow["day"].cast(pa.int32()).to_numpy())
 
 
 def test_arrow_output_yields_record_batches_with_any_column(sqlite_lake):
