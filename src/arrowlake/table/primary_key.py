@@ -189,6 +189,7 @@ def validate_properties(props: Mapping[str, str], primary_key: Sequence[str]) ->
             "count is fixed once rows are written")
     WriteOptions.from_properties(dict(props))
     compaction_options(props)
+    changelog.lookup_cache_bytes(props)
     engine_props = sorted(k for k in props if is_engine_property(k))
     if engine_props and not primary_key:
         raise ValidationError(
