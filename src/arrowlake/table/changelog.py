@@ -32,6 +32,7 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +49,7 @@ from arrowlake.io.writer import (
     WriteOptions,
     close_all,
     dictionary_columns,
+    shared_executor,
     split_by_columns,
 )
 from arrowlake.merge import ROW_KIND, Deduplicate, RowKind
@@ -231,6 +233,24 @@ class _RunCache:
 
 _RUNS = _RunCache()
 os.register_at_fork(after_in_child=_RUNS.after_fork)
+
+
+def remember_runs(table: Table, written: Sequence[tuple[DataFileWriter, pa.Table]]) -> None:
+    """Keep the runs a write just wrote (each writer's rows, written as one file) decoded for
+    the lookup changelogs of this write and the next ones, so none reads them back."""
+    rec = table._record
+    if changelog_producer(table) != "lookup":
+        return
+    limit = lookup_cache_bytes(rec.properties)
+    if not limit:
+        return
+    first = rec.primary_key[0]
+    fast = _integer_like(table.schema.field(first).type)
+    for writer, rows in written:
+        if len(writer.files) != 1:
+            continue  # rolled over into several files: none holds all the rows
+        path = table._storage.join(rec.location, writer.files[0].path)
+        _RUNS.put((path, rec.current_schema_id), _Run.of(rows, first, fast), limit)
 
 
 def _read_versions(view: TableView, tasks: Sequence[FileTask], expr: Expr
@@ -445,10 +465,12 @@ def lookup_parts(table: Table, base: int | None, runs: Sequence[NewFile]
     if (len(key) == 1 and _plain_newest_wins(spec) and len(new_rows) == len(touched)
             and all(r.sorted_unique for r in new_rows.values())
             and all(r.sorted_unique for runs_ in olds.values() for _, r in runs_)):
-        # Lazily, bucket by bucket: the caller writes each while the next is computed.
-        return ((place[unit].partition_path, place[unit].partition_values,
-                 int(place[unit].bucket or 0), _newest_wins_changes(names, rows, olds[unit]))
-                for unit, rows in new_rows.items())
+        # Buckets computed on the write pool (numpy and Arrow release the GIL), each handed to
+        # the caller, which writes it, as soon as it is ready.
+        pool = shared_executor()
+        pending = [(place[unit], pool.submit(_newest_wins_changes, names, rows, olds[unit]))
+                   for unit, rows in new_rows.items()]
+        return _as_ready(pending)
     before = {unit: [(seq, _touched_rows(run, first, touched[unit])) for seq, run in runs_]
               for unit, runs_ in olds.items()}
     after = {unit: [*parts] for unit, parts in before.items()}
@@ -462,61 +484,81 @@ def lookup_parts(table: Table, base: int | None, runs: Sequence[NewFile]
     return list(_bucketed(table, changes)) if changes.num_rows else []
 
 
+def _as_ready(pending: Sequence[tuple[NewFile, Future[pa.Table]]]) -> Iterator[_Part]:
+    """The parts computed on the pool, in order; those not taken yet are cancelled if the
+    caller stops early (a failed write)."""
+    try:
+        for place, future in pending:
+            yield (place.partition_path, place.partition_values, int(place.bucket or 0),
+                   future.result())
+    finally:
+        for _, future in pending:
+            future.cancel()
+
+
 def _newest_wins_changes(names: Sequence[str], new: _Run, old: Sequence[tuple[int, _Run]]
                          ) -> pa.Table:
     """The changes of one bucket's new run over its committed runs when a key's merged row is
     its newest version (:func:`_plain_newest_wins`): the before-image of each new key is its
     version in the newest committed run holding it, found by binary search, newest run first;
-    the after-image is the new row itself. No merge, no join."""
+    the after-image is the new row itself. No merge, no join: one take cuts the output."""
     keys = new.keys
     assert keys is not None
     n = len(keys)
-    source = np.full(n, -1, dtype=np.int64)
-    position = np.zeros(n, dtype=np.int64)
-    open_ = np.arange(n)
+    columns = list(names)
+    after = new.rows.select(columns)
+    added = ~is_retraction(new.rows.column(KIND_COLUMN).to_numpy())  # a row after the write
     # Newest first; among equal sequence numbers the later one, as a merge orders them.
     order = sorted(range(len(old)), key=lambda i: old[i][0])
+    open_ = np.arange(n)
+    pieces: list[pa.Table] = []
+    index: list[np.ndarray] = []  # per piece: the new rows (keys) its before-images belong to
     for i in reversed(order):
-        values = old[i][1].keys
+        run = old[i][1]
+        values = run.keys
         assert values is not None
-        if len(values) == 0:
+        if len(values) == 0 or len(open_) == 0:
             continue
         at, hit = _find(values, keys[open_])
-        source[open_[hit]] = i
-        position[open_[hit]] = at[hit]
+        if not hit.any():
+            continue
+        mine, at = open_[hit], at[hit]
         open_ = open_[~hit]
-        if len(open_) == 0:
-            break
-    found = np.flatnonzero(source >= 0)
-    pieces, index = [], []
-    for i in np.unique(source[found]).tolist():
-        chosen = found[source[found] == i]
-        pieces.append(old[i][1].rows.select([*names, KIND_COLUMN])
-                      .take(pa.array(position[chosen])))
-        index.append(chosen)
-    new_kinds = new.rows.column(KIND_COLUMN).to_numpy()
-    added = ~is_retraction(new_kinds)  # the key has a row after the write
-    if pieces:
-        before = pa.concat_tables(pieces)
-        at = np.concatenate(index)
-        if len(pieces) > 1:
-            order_ = np.argsort(at, kind="stable")
-            before, at = before.take(pa.array(order_)), at[order_]
-        live = ~is_retraction(before.column(KIND_COLUMN).to_numpy())
+        # A retraction as the newest version: the key has no row before the write.
+        live = ~is_retraction(run.rows.column(KIND_COLUMN).to_numpy()[at])
         if not live.all():
-            before, at = before.filter(pa.array(live)), at[live]
-        before = before.select(list(names))
+            mine, at = mine[live], at[live]
+        pieces.append(run.rows.select(columns).take(pa.array(at)))
+        index.append(mine)
+    if pieces:
+        before = pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0]
+        had = np.concatenate(index)
+        if len(pieces) > 1:
+            by_key = np.argsort(had, kind="stable")  # a few sorted runs: merged in O(n)
+            before, had = before.take(pa.array(by_key)), had[by_key]
     else:
-        before, at = new.rows.select(list(names)).slice(0, 0), np.zeros(0, np.int64)
-    had = np.zeros(n, dtype=bool)
-    had[at] = True
-    both = added[at]  # of the before-images: the key still has a row
-    b_pair = before.filter(pa.array(both)) if not both.all() else before
-    a_pair = new.rows.select(list(names)).take(pa.array(at[both]))
-    changed = ~_same(b_pair, a_pair)
-    return _changes(b_pair.filter(pa.array(changed)), a_pair.filter(pa.array(changed)),
-                    before.filter(pa.array(~both)),
-                    new.rows.select(list(names)).filter(pa.array(added & ~had)))
+        before, had = after.slice(0, 0), np.zeros(0, np.int64)
+    # Per before-image: the key's row after the write (a tombstone's values where deleted).
+    paired = after.take(pa.array(had))
+    stays = added[had]
+    changed = stays & ~_same(before, paired)
+    gone = ~stays
+    inserted = added.copy()
+    inserted[had] = False
+    # One take of [before-images, their after rows, new rows]: -U/+U pairs, -D, +I.
+    m = len(had)
+    updated = np.flatnonzero(changed)
+    take = np.empty(2 * len(updated), dtype=np.int64)
+    take[0::2] = updated
+    take[1::2] = updated + m
+    take = np.concatenate([take, np.flatnonzero(gone), 2 * m + np.flatnonzero(inserted)])
+    kinds = np.empty(len(take), dtype=np.int8)
+    kinds[0:2 * len(updated):2] = int(RowKind.UPDATE_BEFORE)
+    kinds[1:2 * len(updated):2] = int(RowKind.UPDATE_AFTER)
+    kinds[2 * len(updated):len(take) - int(inserted.sum())] = int(RowKind.DELETE)
+    kinds[len(take) - int(inserted.sum()):] = int(RowKind.INSERT)
+    source = pa.concat_tables([before, paired, after])
+    return source.take(pa.array(take)).append_column(ROW_KIND, pa.array(kinds))
 
 
 def _bucketed(table: Table, rows: pa.Table) -> Iterator[_Part]:

@@ -346,6 +346,7 @@ def write_runs(table: Table, rows: pa.Table) -> list[NewFile]:
     files: list[NewFile] = []
     writers: list[DataFileWriter] = []
     dictionary: list[str] | None = None
+    written: list[tuple[DataFileWriter, pa.Table]] = []
     try:
         for values, bucket, run in _run_groups(rows, key, list(rec.partition_by), buckets,
                                                engine, seq_field):
@@ -369,12 +370,14 @@ def write_runs(table: Table, rows: pa.Table) -> list[NewFile]:
             writers.append(writer)
             # The pool writes this run while the next one is cut.
             writer.write_all(run)
+            written.append((writer, run))
         files = close_all(writers)
     except BaseException:
         for writer in writers:
             writer.abort()
         _discard(table, files)
         raise
+    changelog.remember_runs(table, written)
     return files
 
 
