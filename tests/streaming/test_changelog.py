@@ -367,3 +367,22 @@ def test_lookup_cache_size_must_be_a_byte_count(sqlite_lake):
     t = sqlite_lake.create_table("s.t", SCHEMA, primary_key=["k"], changelog_producer="lookup")
     with pytest.raises(ValidationError, match="number of bytes"):
         t.set_properties(**{"changelog.lookup-cache-size": "lots"})
+
+
+def test_run_cache_stays_within_its_bound_and_evicts_the_least_recently_used():
+    from arrowlake.table.changelog import _Run, _RunCache
+
+    def run(n: int) -> _Run:
+        return _Run.of(pa.table({"k": pa.array(range(n), pa.int64())}), "k", True)
+
+    cache = _RunCache()
+    one = run(100)  # 800 bytes
+    cache.put(("a", 0), one, limit=2000)
+    cache.put(("b", 0), run(100), limit=2000)
+    assert cache.get(("a", 0)) is one  # now the most recently used
+    cache.put(("c", 0), run(100), limit=2000)
+    assert cache.get(("b", 0)) is None and cache.get(("a", 0)) is one
+    assert cache.get(("c", 0)) is not None
+    cache.put(("d", 0), run(1000), limit=2000)  # larger than the bound: not kept
+    assert cache.get(("d", 0)) is None
+    assert one.sorted_unique and not _Run.of(pa.table({"k": [2, 1]}), "k", True).sorted_unique

@@ -250,7 +250,11 @@ def remember_runs(table: Table, written: Sequence[tuple[DataFileWriter, pa.Table
         if len(writer.files) != 1:
             continue  # rolled over into several files: none holds all the rows
         path = table._storage.join(rec.location, writer.files[0].path)
-        _RUNS.put((path, rec.current_schema_id), _Run.of(rows, first, fast), limit)
+        # A run is a slice of the whole write: copied (a memcpy) so that the cache holds, and
+        # counts, only its own rows.
+        own = pa.Table.from_arrays([pa.concat_arrays(c.chunks) for c in rows.columns],
+                                   schema=rows.schema)
+        _RUNS.put((path, rec.current_schema_id), _Run.of(own, first, fast), limit)
 
 
 def _read_versions(view: TableView, tasks: Sequence[FileTask], expr: Expr
