@@ -28,7 +28,12 @@ snapshot only, never part of a scan, and deleted when that snapshot expires.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -43,12 +48,15 @@ from arrowlake.io.writer import (
     FileTarget,
     WriteOptions,
     close_all,
+    dictionary_columns,
+    shared_executor,
     split_by_columns,
 )
-from arrowlake.merge import ROW_KIND, RowKind
+from arrowlake.merge import ROW_KIND, Deduplicate, RowKind
 from arrowlake.merge.bucketing import bucket_of
 from arrowlake.merge.read import Bucket, MergeSpec, merge_together
 from arrowlake.merge.runs import KIND_COLUMN, KIND_FIELD
+from arrowlake.merge.versions import is_retraction
 from arrowlake.metastore.store import NewFile, SnapshotChange
 from arrowlake.scan.planning import TableView, file_schemas, file_tasks
 from arrowlake.scan.read import read_tagged
@@ -80,37 +88,41 @@ def check_producer(value: object, primary_key: Sequence[str]) -> str:
 def _write(table: Table, rows: pa.Table) -> list[NewFile]:
     """``rows`` (table columns + ``_row_kind`` codes) as changelog files, one per partition and
     bucket, rows in input order."""
+    return _write_parts(table, _bucketed(table, rows))
+
+
+# A changelog file's place and rows: (partition path, partition values JSON, bucket, rows with
+# table columns + ``_row_kind`` codes).
+_Part = tuple[str | None, str | None, int, pa.Table]
+
+
+def _write_parts(table: Table, parts: Iterable[_Part]) -> list[NewFile]:
+    """One changelog file per part, each handed to the write pool as soon as it is cut, so the
+    next part is computed while it is written."""
     rec = table._record
     schema = table.schema.append(KIND_FIELD)
     target = FileTarget(storage=table._storage, location=rec.location, schema=schema,
                         schema_id=rec.current_schema_id,
                         options=WriteOptions.from_properties(rec.properties))
-    buckets = int(rec.buckets or 1)  # set for every primary-key table
-    rows = rows.rename_columns([KIND_COLUMN if c == ROW_KIND else c
-                                for c in rows.column_names])
-    with_bucket = rows.append_column("_al_bucket",
-                                     bucket_of(rows, list(rec.primary_key), buckets))
-    as_batch = pa.RecordBatch.from_arrays([c.combine_chunks() for c in with_bucket.columns],
-                                          schema=with_bucket.schema)
     files: list[NewFile] = []
     writers: list[DataFileWriter] = []
+    dictionary: list[str] | None = None
     try:
-        for values, part in split_by_columns(as_batch, [*rec.partition_by, "_al_bucket"]):
-            table_part = pa.Table.from_batches([part]) if isinstance(part, pa.RecordBatch) \
-                else part
-            bucket = int(values[-1].as_py())
-            shown = [v.as_py() if v.is_valid else None for v in values[:-1]]
-            ppath = partition_path(rec.partition_by, shown) if rec.partition_by else None
+        for ppath, pvalues, bucket, rows in parts:
+            if rows.num_rows == 0:
+                continue
+            rows = rows.rename_columns([KIND_COLUMN if c == ROW_KIND else c
+                                        for c in rows.column_names])
+            out = pa.Table.from_arrays(rows.select(schema.names).columns, schema=schema)
+            if dictionary is None:
+                # One choice of encodings for all the files of the write.
+                dictionary = dictionary_columns(out)
             directory = "/".join(p for p in ("changelog", ppath, f"bucket-{bucket}") if p)
-            writer = DataFileWriter(
-                target, directory, partition_path=ppath,
-                partition_values=json.dumps([encode_partition_value(v) for v in values[:-1]])
-                if rec.partition_by else None, bucket=bucket)
+            writer = DataFileWriter(target, directory, partition_path=ppath,
+                                    partition_values=pvalues, bucket=bucket,
+                                    dictionary=dictionary)
             writers.append(writer)
-            out = pa.Table.from_arrays(table_part.select(schema.names).columns, schema=schema)
-            for batch in out.to_batches():
-                writer.write(batch)
-            writer.flush()
+            writer.write_all(out)
         files = close_all(writers)
     except BaseException:
         for writer in writers:
@@ -118,8 +130,6 @@ def _write(table: Table, rows: pa.Table) -> list[NewFile]:
         _discard(table, files)
         raise
     return files
-
-
 
 
 def _new_tasks(table: Table, runs: Sequence[NewFile], seq: int) -> list[FileTask]:
@@ -139,6 +149,112 @@ def _new_tasks(table: Table, runs: Sequence[NewFile], seq: int) -> list[FileTask
 
 
 _Unit = tuple[int | None, int | None]  # (partition id, bucket)
+
+
+# -- decoded runs ------------------------------------------------------------------------------
+
+LOOKUP_CACHE_PROPERTY = "changelog.lookup-cache-size"
+DEFAULT_LOOKUP_CACHE_BYTES = 256 * 1024 * 1024
+
+
+def lookup_cache_bytes(props: Mapping[str, str]) -> int:
+    """The table property ``changelog.lookup-cache-size``: how many bytes of decoded runs a
+    ``lookup`` changelog may keep in memory between writes (default 256 MiB; 0 turns it off)."""
+    value = props.get(LOOKUP_CACHE_PROPERTY)
+    if value is None or str(value).strip() == "":
+        return DEFAULT_LOOKUP_CACHE_BYTES
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        number = -1
+    if number < 0:
+        raise ValidationError(
+            f"Table property '{LOOKUP_CACHE_PROPERTY}' must be a number of bytes (0 or more), "
+            f"not {value!r}")
+    return number
+
+
+@dataclass(frozen=True, eq=False)
+class _Run:
+    """The rows of one data file in a table schema (table columns + stored row kind), each
+    column one chunk, with its first key column as integers when the key type allows."""
+
+    rows: pa.Table
+    keys: np.ndarray | None
+    sorted_unique: bool  # ``keys`` strictly increasing (a run: sorted, one row per key)
+
+    @classmethod
+    def of(cls, rows: pa.Table, first: str, fast: bool) -> _Run:
+        rows = rows.combine_chunks()
+        keys = _as_ints(rows.column(first)) if fast else None
+        ordered = keys is not None and (len(keys) < 2 or bool(np.all(keys[1:] > keys[:-1])))
+        return cls(rows, keys, ordered)
+
+
+class _RunCache:
+    """Decoded data files, least recently used first out, bounded in bytes.
+
+    Data files are immutable and never reused under another name, so an entry keyed by the
+    file's location and the schema it was read in stays right until it is evicted. A writer
+    that keeps upserting into a table then decodes each run once (when it writes it) instead
+    of at every write that touches its bucket."""
+
+    def __init__(self) -> None:
+        self._entries: OrderedDict[tuple[str, int], _Run] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[str, int]) -> _Run | None:
+        with self._lock:
+            run = self._entries.get(key)
+            if run is not None:
+                self._entries.move_to_end(key)
+            return run
+
+    def put(self, key: tuple[str, int], run: _Run, limit: int) -> None:
+        size = run.rows.nbytes
+        with self._lock:
+            if key in self._entries or size > limit:
+                return
+            self._entries[key] = run
+            self._bytes += size
+            while self._bytes > limit:
+                _, old = self._entries.popitem(last=False)
+                self._bytes -= old.rows.nbytes
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._bytes = 0
+
+    def after_fork(self) -> None:
+        self._lock = threading.Lock()  # the parent's may have been held while forking
+
+
+_RUNS = _RunCache()
+os.register_at_fork(after_in_child=_RUNS.after_fork)
+
+
+def remember_runs(table: Table, written: Sequence[tuple[DataFileWriter, pa.Table]]) -> None:
+    """Keep the runs a write just wrote (each writer's rows, written as one file) decoded for
+    the lookup changelogs of this write and the next ones, so none reads them back."""
+    rec = table._record
+    if changelog_producer(table) != "lookup":
+        return
+    limit = lookup_cache_bytes(rec.properties)
+    if not limit:
+        return
+    first = rec.primary_key[0]
+    fast = _integer_like(table.schema.field(first).type)
+    for writer, rows in written:
+        if len(writer.files) != 1:
+            continue  # rolled over into several files: none holds all the rows
+        path = table._storage.join(rec.location, writer.files[0].path)
+        # A run is a slice of the whole write: copied (a memcpy) so that the cache holds, and
+        # counts, only its own rows.
+        own = pa.Table.from_arrays([pa.concat_arrays(c.chunks) for c in rows.columns],
+                                   schema=rows.schema)
+        _RUNS.put((path, rec.current_schema_id), _Run.of(own, first, fast), limit)
 
 
 def _read_versions(view: TableView, tasks: Sequence[FileTask], expr: Expr
@@ -161,6 +277,28 @@ def _read_versions(view: TableView, tasks: Sequence[FileTask], expr: Expr
             for fid, b in batches.items()}
 
 
+def _runs(view: TableView, tasks: Sequence[FileTask], expr: Expr, first: str, fast: bool,
+          limit: int) -> dict[int, tuple[FileTask, _Run]]:
+    """The rows of ``tasks`` as runs. With a cache (``limit`` bytes) whole files, from the
+    cache or decoded and kept in it; without one only the rows matching ``expr``."""
+    schema_id = view.record.current_schema_id
+    out: dict[int, tuple[FileTask, _Run]] = {}
+    missing = []
+    for task in tasks:
+        run = _RUNS.get((task.path, schema_id)) if limit else None
+        if run is None:
+            missing.append(task)
+        else:
+            out[task.file_id] = (task, run)
+    for fid, (task, rows) in _read_versions(view, missing,
+                                            AlwaysTrue() if limit else expr).items():
+        run = _Run.of(rows, first, fast)
+        if limit:
+            _RUNS.put((task.path, schema_id), run, limit)
+        out[fid] = (task, run)
+    return out
+
+
 def _integer_like(t: pa.DataType) -> bool:
     """Types whose values numpy orders as Arrow does (as integers)."""
     return (pa.types.is_integer(t) or pa.types.is_date(t) or pa.types.is_timestamp(t)
@@ -176,28 +314,35 @@ def _as_ints(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return np.asarray(values.to_numpy(zero_copy_only=False))
 
 
-def _touched_rows(rows: pa.Table, first: str, keys: pa.Array | np.ndarray) -> pa.Table:
+def _touched_rows(run: _Run, first: str, keys: pa.Array | np.ndarray) -> pa.Table:
     """The rows of one run whose first key column holds one of ``keys`` (for a one-column key,
     exactly the touched keys' versions; for a composite key a superset, which changes nothing:
     a key the write does not touch merges to the same row before and after it)."""
+    rows = run.rows
     if rows.num_rows == 0 or len(keys) == 0:
         return rows.slice(0, 0)
     if isinstance(keys, np.ndarray):
         # ``keys`` sorted and unique; a run is sorted by key with unique keys, so each touched
         # key is found by binary search in it (no hash table over the run's keys).
-        values = _as_ints(rows.column(first))
-        if len(values) > 1 and not bool(np.all(values[1:] > values[:-1])):
+        values = run.keys
+        assert values is not None  # integer-like keys
+        if not run.sorted_unique:
             return rows.filter(pa.array(np.isin(values, keys)))  # not a sorted run
-        at = np.searchsorted(values, keys)
-        inside = at < len(values)
-        at = at[inside]
-        hit = np.zeros(len(values), dtype=bool)  # a mask: filter beats take on many chunks
-        hit[at[values[at] == keys[inside]]] = True
-        return rows.filter(pa.array(hit))
+        at, hit = _find(values, keys)
+        return rows.take(pa.array(at[hit]))
     try:
         return rows.filter(pc.is_in(rows.column(first), value_set=keys))
     except pa.ArrowNotImplementedError:
         return rows  # no kernel for the key's type: every version (a superset) is merged
+
+
+def _find(values: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where each of ``keys`` is in the strictly increasing ``values``: positions and whether
+    it is there (binary search)."""
+    at = np.searchsorted(values, keys)
+    hit = at < len(values)
+    hit[hit] = values[at[hit]] == keys[hit]
+    return at, hit
 
 
 def _merge_units(spec: MergeSpec, units: dict[_Unit, list[tuple[int, pa.Table]]]
@@ -247,41 +392,61 @@ def _same(before: pa.Table, after: pa.Table) -> np.ndarray:
         except (pa.ArrowNotImplementedError, pa.ArrowInvalid):
             same &= False  # no comparison kernel (nested types): count it as changed
             continue
-        both_null = pc.and_(pc.is_null(x), pc.is_null(y))
-        same &= pc.fill_null(pc.or_kleene(eq, both_null), False).to_numpy(zero_copy_only=False)
+        if x.null_count or y.null_count:
+            eq = pc.or_kleene(eq, pc.and_(pc.is_null(x), pc.is_null(y)))
+        same &= pc.fill_null(eq, False).to_numpy(zero_copy_only=False)
     return same
 
 
-def lookup_changes(table: Table, base: int | None, runs: Sequence[NewFile]) -> pa.Table:
-    """The exact changes that committing ``runs`` on top of snapshot ``base`` makes (table
-    columns + ``_row_kind`` codes), see the module docs.
+def _plain_newest_wins(spec: MergeSpec) -> bool:
+    """Whether the merged row of a key is simply its newest version (gone if that is a
+    retraction): deduplicate without a sequence field or ignore-delete."""
+    engine = spec.engine
+    return (type(engine) is Deduplicate and not engine.ignore_delete
+            and spec.sequence_field is None)
+
+
+def lookup_parts(table: Table, base: int | None, runs: Sequence[NewFile]
+                 ) -> Iterable[_Part]:
+    """The exact changes that committing ``runs`` on top of snapshot ``base`` makes, per
+    partition and bucket (table columns + ``_row_kind`` codes), see the module docs.
 
     Only the touched keys' versions are read and merged: the new runs whole, and from the
     committed runs of their buckets the rows whose key one of them writes (files and row groups
-    outside the written key range skipped by their statistics)."""
+    outside the written key range skipped by their statistics, or found in the cache of
+    decoded runs)."""
     rec = table._record
     key = list(rec.primary_key)
     spec = table._merge_spec()
     assert spec is not None  # a primary-key table
     view = table._view(base, current_schema=True)
     names = view.schema.names
-    fresh = _new_tasks(table, runs, (base or 0) + 1)
-    new = _read_versions(view, fresh, AlwaysTrue())
-    unit_of = {t.file_id: (t.partition_id, t.bucket) for t in fresh}
     first = key[0]
     fast = _integer_like(view.schema.field(first).type)
+    limit = lookup_cache_bytes(rec.properties)
+    fresh = _new_tasks(table, runs, (base or 0) + 1)
+    new = _runs(view, fresh, AlwaysTrue(), first, fast, limit)
+    unit_of = {t.file_id: (t.partition_id, t.bucket) for t in fresh}
+    place: dict[_Unit, NewFile] = {}
+    for task, written in zip(fresh, runs, strict=True):
+        place.setdefault((task.partition_id, task.bucket), written)
     # The touched first-key values of each unit, and over all of them their range.
     touched: dict[_Unit, Any] = {}
-    for fid, (_, rows) in new.items():
-        touched.setdefault(unit_of[fid], []).append(rows.column(first))
+    for fid, (_, run) in new.items():
+        touched.setdefault(unit_of[fid], []).append(run)
+    new_rows: dict[_Unit, _Run] = {}
     for unit, parts in touched.items():
-        column = pa.chunked_array([c for p in parts for c in p.chunks], parts[0].type)
         if not fast:
-            touched[unit] = pc.unique(column)
+            touched[unit] = pc.unique(pa.chunked_array(
+                [c for p in parts for c in p.rows.column(first).chunks],
+                view.schema.field(first).type))
             continue
-        values = _as_ints(column)  # one run per unit is sorted with unique keys already
-        unique = len(values) < 2 or bool(np.all(values[1:] > values[:-1]))
-        touched[unit] = values if unique else np.unique(values)
+        rows = parts[0] if len(parts) == 1 else _Run.of(
+            pa.concat_tables([p.rows for p in parts]), first, fast)
+        new_rows[unit] = rows
+        assert rows.keys is not None
+        # One run per unit is sorted with unique keys already.
+        touched[unit] = rows.keys if rows.sorted_unique else np.unique(rows.keys)
     committed: list[FileTask] = []
     if base is not None and touched:
         live = table._metastore.live_files(
@@ -294,22 +459,128 @@ def lookup_changes(table: Table, base: int | None, runs: Sequence[NewFile]) -> p
         # Only the written key range: files and row groups outside it are pruned by their
         # statistics.
         low, high = pc.min_max(pa.chunked_array(
-            [c for _, rows in new.values() for c in rows.column(first).chunks],
+            [c for _, run in new.values() for c in run.rows.column(first).chunks],
             view.schema.field(first).type)).values()
         expr = and_all([col(first) >= low.as_py(), col(first) <= high.as_py()])
-    old = _read_versions(view, committed, expr)
-    before: dict[_Unit, list[tuple[int, pa.Table]]] = {unit: [] for unit in touched}
-    for task, rows in old.values():
-        unit = (task.partition_id, task.bucket)
-        before[unit].append((task.seq_max or 0, _touched_rows(rows, first, touched[unit])))
+    old = _runs(view, committed, expr, first, fast, limit)
+    olds: dict[_Unit, list[tuple[int, _Run]]] = {unit: [] for unit in touched}
+    for task, run in old.values():
+        olds[(task.partition_id, task.bucket)].append((task.seq_max or 0, run))
+    if (len(key) == 1 and _plain_newest_wins(spec) and len(new_rows) == len(touched)
+            and all(r.sorted_unique for r in new_rows.values())
+            and all(r.sorted_unique for runs_ in olds.values() for _, r in runs_)):
+        # Buckets computed on the write pool (numpy and Arrow release the GIL), each handed to
+        # the caller, which writes it, as soon as it is ready.
+        pool = shared_executor()
+        pending = [(place[unit], pool.submit(_newest_wins_changes, names, rows, olds[unit]))
+                   for unit, rows in new_rows.items()]
+        return _as_ready(pending)
+    before = {unit: [(seq, _touched_rows(run, first, touched[unit])) for seq, run in runs_]
+              for unit, runs_ in olds.items()}
     after = {unit: [*parts] for unit, parts in before.items()}
-    for fid, (task, rows) in new.items():
-        after[unit_of[fid]].append((task.seq_max or 0, rows))
+    for fid, (task, run) in new.items():
+        after[unit_of[fid]].append((task.seq_max or 0, run.rows))
     merged_before = _merge_units(spec, before)
     merged_after = _merge_units(spec, after)
     empty = view.schema.empty_table()
-    return diff(empty if merged_before is None else merged_before.select(names),
-                empty if merged_after is None else merged_after.select(names), key)
+    changes = diff(empty if merged_before is None else merged_before.select(names),
+                   empty if merged_after is None else merged_after.select(names), key)
+    return list(_bucketed(table, changes)) if changes.num_rows else []
+
+
+def _as_ready(pending: Sequence[tuple[NewFile, Future[pa.Table]]]) -> Iterator[_Part]:
+    """The parts computed on the pool, in order; those not taken yet are cancelled if the
+    caller stops early (a failed write)."""
+    try:
+        for place, future in pending:
+            yield (place.partition_path, place.partition_values, int(place.bucket or 0),
+                   future.result())
+    finally:
+        for _, future in pending:
+            future.cancel()
+
+
+def _newest_wins_changes(names: Sequence[str], new: _Run, old: Sequence[tuple[int, _Run]]
+                         ) -> pa.Table:
+    """The changes of one bucket's new run over its committed runs when a key's merged row is
+    its newest version (:func:`_plain_newest_wins`): the before-image of each new key is its
+    version in the newest committed run holding it, found by binary search, newest run first;
+    the after-image is the new row itself. No merge, no join: one take cuts the output."""
+    keys = new.keys
+    assert keys is not None
+    n = len(keys)
+    columns = list(names)
+    after = new.rows.select(columns)
+    added = ~is_retraction(new.rows.column(KIND_COLUMN).to_numpy())  # a row after the write
+    # Newest first; among equal sequence numbers the later one, as a merge orders them.
+    order = sorted(range(len(old)), key=lambda i: old[i][0])
+    open_ = np.arange(n)
+    pieces: list[pa.Table] = []
+    index: list[np.ndarray] = []  # per piece: the new rows (keys) its before-images belong to
+    for i in reversed(order):
+        run = old[i][1]
+        values = run.keys
+        assert values is not None
+        if len(values) == 0 or len(open_) == 0:
+            continue
+        at, hit = _find(values, keys[open_])
+        if not hit.any():
+            continue
+        mine, at = open_[hit], at[hit]
+        open_ = open_[~hit]
+        # A retraction as the newest version: the key has no row before the write.
+        live = ~is_retraction(run.rows.column(KIND_COLUMN).to_numpy()[at])
+        if not live.all():
+            mine, at = mine[live], at[live]
+        pieces.append(run.rows.select(columns).take(pa.array(at)))
+        index.append(mine)
+    if pieces:
+        before = pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0]
+        had = np.concatenate(index)
+        if len(pieces) > 1:
+            by_key = np.argsort(had, kind="stable")  # a few sorted runs: merged in O(n)
+            before, had = before.take(pa.array(by_key)), had[by_key]
+    else:
+        before, had = after.slice(0, 0), np.zeros(0, np.int64)
+    # Per before-image: the key's row after the write (a tombstone's values where deleted).
+    paired = after.take(pa.array(had))
+    stays = added[had]
+    changed = stays & ~_same(before, paired)
+    gone = ~stays
+    inserted = added.copy()
+    inserted[had] = False
+    # One take of [before-images, their after rows, new rows]: -U/+U pairs, -D, +I.
+    m = len(had)
+    updated = np.flatnonzero(changed)
+    take = np.empty(2 * len(updated), dtype=np.int64)
+    take[0::2] = updated
+    take[1::2] = updated + m
+    take = np.concatenate([take, np.flatnonzero(gone), 2 * m + np.flatnonzero(inserted)])
+    kinds = np.empty(len(take), dtype=np.int8)
+    kinds[0:2 * len(updated):2] = int(RowKind.UPDATE_BEFORE)
+    kinds[1:2 * len(updated):2] = int(RowKind.UPDATE_AFTER)
+    kinds[2 * len(updated):len(take) - int(inserted.sum())] = int(RowKind.DELETE)
+    kinds[len(take) - int(inserted.sum()):] = int(RowKind.INSERT)
+    source = pa.concat_tables([before, paired, after])
+    return source.take(pa.array(take)).append_column(ROW_KIND, pa.array(kinds))
+
+
+def _bucketed(table: Table, rows: pa.Table) -> Iterator[_Part]:
+    """``rows`` cut by partition and bucket, each part in input order."""
+    rec = table._record
+    buckets = int(rec.buckets or 1)  # set for every primary-key table
+    with_bucket = rows.append_column("_al_bucket",
+                                     bucket_of(rows, list(rec.primary_key), buckets))
+    as_batch = pa.RecordBatch.from_arrays([c.combine_chunks() for c in with_bucket.columns],
+                                          schema=with_bucket.schema)
+    for values, part in split_by_columns(as_batch, [*rec.partition_by, "_al_bucket"]):
+        shown = [v.as_py() if v.is_valid else None for v in values[:-1]]
+        ppath = partition_path(rec.partition_by, shown) if rec.partition_by else None
+        pvalues = json.dumps([encode_partition_value(v) for v in values[:-1]]) \
+            if rec.partition_by else None
+        table_part = pa.Table.from_batches([part]) if isinstance(part, pa.RecordBatch) \
+            else part
+        yield ppath, pvalues, int(values[-1].as_py()), table_part.drop_columns(["_al_bucket"])
 
 
 def diff(before: pa.Table, after: pa.Table, key: Sequence[str]) -> pa.Table:
@@ -322,10 +593,16 @@ def diff(before: pa.Table, after: pa.Table, key: Sequence[str]) -> pa.Table:
     new[ia] = False
     b_pair, a_pair = before.take(pa.array(ib)), after.take(pa.array(ia))
     changed = ~_same(b_pair, a_pair)
-    old_rows = b_pair.filter(pa.array(changed))
-    new_rows = a_pair.filter(pa.array(changed))
+    return _changes(b_pair.filter(pa.array(changed)), a_pair.filter(pa.array(changed)),
+                    before.filter(pa.array(gone)), after.filter(pa.array(new)))
+
+
+def _changes(old_rows: pa.Table, new_rows: pa.Table, gone: pa.Table, inserted: pa.Table
+             ) -> pa.Table:
+    """The change rows (table columns + ``_row_kind``): ``-U`` old / ``+U`` new per updated
+    key, interleaved so each before-image directly precedes its new row, then ``-D`` for
+    ``gone`` and ``+I`` for ``inserted``."""
     n = old_rows.num_rows
-    # -U old, +U new, interleaved so each key's before-image directly precedes its new row.
     updates = pa.concat_tables([old_rows, new_rows.cast(old_rows.schema)])
     order = np.empty(2 * n, dtype=np.int64)
     order[0::2] = np.arange(n)
@@ -335,8 +612,7 @@ def diff(before: pa.Table, after: pa.Table, key: Sequence[str]) -> pa.Table:
     kinds[0::2] = int(RowKind.UPDATE_BEFORE)
     kinds[1::2] = int(RowKind.UPDATE_AFTER)
     out = [updates.append_column(ROW_KIND, pa.array(kinds))]
-    for part, kind in ((before.filter(pa.array(gone)), RowKind.DELETE),
-                       (after.filter(pa.array(new)).cast(before.schema), RowKind.INSERT)):
+    for part, kind in ((gone, RowKind.DELETE), (inserted.cast(old_rows.schema), RowKind.INSERT)):
         out.append(part.append_column(
             ROW_KIND, pa.array(np.full(part.num_rows, int(kind), dtype=np.int8))))
     return pa.concat_tables(out)
@@ -390,10 +666,9 @@ def commit_runs(table: Table, kind: str, base: int | None, runs: list[NewFile],
     looked_up_at = base  # the snapshot the lookup read; the commit stays based on ``base``
     for attempt in range(10):
         if producer == "input":
-            changes = rows
+            changelog = _write(table, rows) if rows.num_rows else []
         else:
-            changes = lookup_changes(table, looked_up_at, runs)
-        changelog = _write(table, changes) if changes.num_rows else []
+            changelog = _write_parts(table, lookup_parts(table, looked_up_at, runs))
 
         def stale(added: pa.Table, seen: int | None = looked_up_at) -> None:
             # The write's own check sees every commit since its base, on every attempt.

@@ -189,6 +189,7 @@ def validate_properties(props: Mapping[str, str], primary_key: Sequence[str]) ->
             "count is fixed once rows are written")
     WriteOptions.from_properties(dict(props))
     compaction_options(props)
+    changelog.lookup_cache_bytes(props)
     engine_props = sorted(k for k in props if is_engine_property(k))
     if engine_props and not primary_key:
         raise ValidationError(
@@ -345,6 +346,7 @@ def write_runs(table: Table, rows: pa.Table) -> list[NewFile]:
     files: list[NewFile] = []
     writers: list[DataFileWriter] = []
     dictionary: list[str] | None = None
+    written: list[tuple[DataFileWriter, pa.Table]] = []
     try:
         for values, bucket, run in _run_groups(rows, key, list(rec.partition_by), buckets,
                                                engine, seq_field):
@@ -368,12 +370,14 @@ def write_runs(table: Table, rows: pa.Table) -> list[NewFile]:
             writers.append(writer)
             # The pool writes this run while the next one is cut.
             writer.write_all(run)
+            written.append((writer, run))
         files = close_all(writers)
     except BaseException:
         for writer in writers:
             writer.abort()
         _discard(table, files)
         raise
+    changelog.remember_runs(table, written)
     return files
 
 
