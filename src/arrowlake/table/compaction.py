@@ -315,6 +315,8 @@ def _commit(table: Table, plan: _Plan, picks: list[tuple[list[Run], bool]],
     # One choice of dictionary columns for all the buckets, made on the first one's rows.
     dictionary: Future[list[str]] = Future()
 
+    runs_written: dict[int, pa.Table] = {}  # for the lookup changelog's cache of decoded runs
+
     def merge_and_write(index: int) -> DataFileWriter:
         files = inputs[index]
         try:
@@ -331,6 +333,7 @@ def _commit(table: Table, plan: _Plan, picks: list[tuple[list[Run], bool]],
             if index == 0:
                 dictionary.set_exception(exc)
             raise
+        runs_written[index] = merged
         return _write_compacted(table, merged, files, partitions, dictionary.result())
 
     # Buckets are read and merged two at a time (Arrow and numpy release the GIL), each handed
@@ -362,6 +365,7 @@ def _commit(table: Table, plan: _Plan, picks: list[tuple[list[Run], bool]],
         raise
     finally:
         pool.shutdown(wait=False)
+    changelog.remember_runs(table, [(w, runs_written[i]) for i, w in enumerate(writers)])
     return CompactionResult(result.snapshot_id, len(picks), len(removed), len(added),
                             removed_bytes=sum(f.file_size for f in removed),
                             added_bytes=sum(f.file_size for f in added))
