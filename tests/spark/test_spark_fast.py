@@ -69,6 +69,26 @@ def test_primary_key_table_merges_only_overlapping_buckets(spark, tmp_path):
     assert frame_rows(als.read(spark, lake, "s.k")) == as_spark_rows(t.to_arrow())
 
 
+def test_buckets_of_disjoint_runs_take_spark_parquet_reader(spark, tmp_path):
+    path = tmp_path / "lake"
+    lake = al.connect(path)
+    t = lake.create_table("s.d", SCHEMA, primary_key=["id"], buckets=4)
+    t.upsert(data(0, 400))
+    t.upsert(data(1000, 400))  # new keys only: every bucket gets a second run of other keys
+    files = t.files()
+    assert files.num_rows == 8
+    plan = als.plan_read(spark, lake, "s.d")
+    assert not plan.source, plan.describe()
+    assert sum(len(g.paths) for g in plan.parquet) == 8
+    assert frame_rows(als.read(spark, lake, "s.d")) == as_spark_rows(t.to_arrow())
+    # A delete gives one bucket a run that must be merged; the other buckets stay direct.
+    t.delete("id = 1001")
+    plan = als.plan_read(spark, lake, "s.d")
+    assert len(plan.source) == 1 and len(plan.source[0].files) == 3, plan.describe()
+    assert sum(len(g.paths) for g in plan.parquet) == 6
+    assert frame_rows(als.read(spark, lake, "s.d")) == as_spark_rows(t.to_arrow())
+
+
 def test_types_spark_parquet_does_not_read_fall_back_to_the_data_source(spark, tmp_path):
     path = tmp_path / "lake"
     lake = al.connect(path)
