@@ -18,7 +18,7 @@ One append table of ``--rows`` rows (default 10,000,000: string ``customer``, fl
 
 Speeds are medians of ``--runs`` runs; ratios are arrowlake's speed over the baseline's.
 
-    python bench/engines.py [--rows 10000000] [--runs 3] [--epochs 4]
+    python bench/engines.py [--rows 10000000] [--runs 3] [--epochs 4] [--only flight]
 """
 
 from __future__ import annotations
@@ -215,6 +215,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=4,
                         help="epochs per PyTorch run (persistent DataLoader workers)")
+    parser.add_argument("--only", choices=["dask", "torch", "flight"], action="append",
+                        help="run only these comparisons (repeatable; default: all)")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="arrowlake-bench-engines-"))
     try:
@@ -232,14 +234,19 @@ def main() -> None:
             print(f"{args.rows:,} rows in {len(files)} files ({total / 1e6:.0f} MB), "
                   f"{len(table.scan().plan(split_bytes))} splits; medians of {args.runs} runs")
             results = []
-            t_ours, t_theirs = bench_dask(table, files, split_bytes, args.runs)
-            results.append(("Dask group-by sum", "to_dask()", t_ours, "read_parquet", t_theirs,
-                            0.8))
-            results += bench_torch(table, files, split_bytes, args.rows, args.runs,
-                                   args.epochs)
-            t_ours, t_theirs = bench_flight(lake_dir, table, split_bytes, args.rows, args.runs)
-            results.append(("Flight read", "do_get over localhost", t_ours,
-                            "to_arrow() in-process", t_theirs, 0.5))
+            only = set(args.only or ["dask", "torch", "flight"])
+            if "dask" in only:
+                t_ours, t_theirs = bench_dask(table, files, split_bytes, args.runs)
+                results.append(("Dask group-by sum", "to_dask()", t_ours, "read_parquet",
+                                t_theirs, 0.8))
+            if "torch" in only:
+                results += bench_torch(table, files, split_bytes, args.rows, args.runs,
+                                       args.epochs)
+            if "flight" in only:
+                t_ours, t_theirs = bench_flight(lake_dir, table, split_bytes, args.rows,
+                                                args.runs)
+                results.append(("Flight read", "do_get over localhost", t_ours,
+                                "to_arrow() in-process", t_theirs, 0.5))
         print(f"{'what':<20} {'arrowlake':<36} {'s':>7} {'Mrows/s':>8}   "
               f"{'baseline':<28} {'s':>7} {'Mrows/s':>8}  {'ratio':>6}  target")
         for what, ours, t_o, base, t_b, target in results:
