@@ -386,3 +386,42 @@ def test_run_cache_stays_within_its_bound_and_evicts_the_least_recently_used():
     cache.put(("d", 0), run(1000), limit=2000)  # larger than the bound: not kept
     assert cache.get(("d", 0)) is None
     assert one.sorted_unique and not _Run.of(pa.table({"k": [2, 1]}), "k", True).sorted_unique
+
+
+@pytest.mark.parametrize("engine", ["deduplicate", "partial-update"])
+def test_a_failing_lookup_leaves_the_table_and_its_files_as_they_were(sqlite_lake, monkeypatch,
+                                                                      engine):
+    """The lookup runs while the write's runs are written: when it fails, every run and
+    changelog file written so far is deleted and nothing is committed."""
+    import os
+
+    from arrowlake.table import changelog
+
+    t = sqlite_lake.create_table("s.t", SCHEMA, primary_key=["k"], buckets=2,
+                                 merge_engine=engine, changelog_producer="lookup")
+    t.upsert({"k": [1, 2, 3], "v": ["a", "b", "c"]})
+    snapshot = t.current_snapshot_id
+    root = t._record.location
+
+    def on_disk() -> set[str]:
+        return {os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs}
+
+    before = on_disk()
+    assert any("/data/" in p for p in before)
+
+    def broken(*args, **kwargs):
+        raise OSError("disk gone")
+
+    # Both lookup paths: the deduplicate fast path and the merge of the other engines.
+    monkeypatch.setattr(changelog, "_newest_wins_changes", broken)
+    monkeypatch.setattr(changelog, "_merge_units", broken)
+    with pytest.raises(OSError, match="disk gone"):
+        t.upsert({"k": [1, 4], "v": ["x", "d"]})
+    monkeypatch.undo()
+    t.refresh()
+    assert t.current_snapshot_id == snapshot
+    assert on_disk() == before
+    assert sorted(t.to_arrow().column("v").to_pylist()) == ["a", "b", "c"]
+    t.upsert({"k": [1, 4], "v": ["x", "d"]})
+    assert by_key(changes(t))[-1][1] == [(1, "a", "-U"), (1, "x", "+U"), (4, "d", "+I")]
+    assert sorted(t.to_arrow().column("v").to_pylist()) == ["b", "c", "d", "x"]

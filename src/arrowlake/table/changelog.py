@@ -14,8 +14,10 @@ decides what change streams read for a snapshot of a primary-key table:
   key, vectorized: ``+I`` new key, ``-U`` old / ``+U`` new row where any value
   changed, ``-D`` with the deleted row's values, nothing where no value changed. Both merges use
   the table's merge engine, so every engine is exact (partial-update and aggregation emit the
-  merged row). When another commit touching the same buckets lands first, the changelog is
-  computed again on top of it before the commit (the runs are kept).
+  merged row). The lookup starts while the write's runs are still being encoded (it needs their
+  rows, not their files: :func:`finish_with_lookup`), and an error deletes the runs and the
+  changelog files alike. When another commit touching the same buckets lands first, the
+  changelog is computed again on top of it before the commit (the runs are kept).
 
 - ``full-compaction``: writes yield nothing; ``compact(full=True)`` commits the difference
   between the merged table at the previous full compaction and now (``+I``, ``-U``/``+U``,
@@ -99,30 +101,10 @@ _Part = tuple[str | None, str | None, int, pa.Table]
 def _write_parts(table: Table, parts: Iterable[_Part]) -> list[NewFile]:
     """One changelog file per part, each handed to the write pool as soon as it is cut, so the
     next part is computed while it is written."""
-    rec = table._record
-    schema = table.schema.append(KIND_FIELD)
-    target = FileTarget(storage=table._storage, location=rec.location, schema=schema,
-                        schema_id=rec.current_schema_id,
-                        options=WriteOptions.from_properties(rec.properties))
-    files: list[NewFile] = []
     writers: list[DataFileWriter] = []
-    dictionary: list[str] | None = None
+    files: list[NewFile] = []
     try:
-        for ppath, pvalues, bucket, rows in parts:
-            if rows.num_rows == 0:
-                continue
-            rows = rows.rename_columns([KIND_COLUMN if c == ROW_KIND else c
-                                        for c in rows.column_names])
-            out = pa.Table.from_arrays(rows.select(schema.names).columns, schema=schema)
-            if dictionary is None:
-                # One choice of encodings for all the files of the write.
-                dictionary = dictionary_columns(out)
-            directory = "/".join(p for p in ("changelog", ppath, f"bucket-{bucket}") if p)
-            writer = DataFileWriter(target, directory, partition_path=ppath,
-                                    partition_values=pvalues, bucket=bucket,
-                                    dictionary=dictionary)
-            writers.append(writer)
-            writer.write_all(out)
+        _start_parts(table, parts, writers)
         files = close_all(writers)
     except BaseException:
         for writer in writers:
@@ -130,6 +112,32 @@ def _write_parts(table: Table, parts: Iterable[_Part]) -> list[NewFile]:
         _discard(table, files)
         raise
     return files
+
+
+def _start_parts(table: Table, parts: Iterable[_Part], writers: list[DataFileWriter]) -> None:
+    """Hand each part to the write pool as a changelog file, its writer appended to ``writers``
+    (the caller closes them, or aborts them on an error)."""
+    rec = table._record
+    schema = table.schema.append(KIND_FIELD)
+    target = FileTarget(storage=table._storage, location=rec.location, schema=schema,
+                        schema_id=rec.current_schema_id,
+                        options=WriteOptions.from_properties(rec.properties))
+    dictionary: list[str] | None = None
+    for ppath, pvalues, bucket, rows in parts:
+        if rows.num_rows == 0:
+            continue
+        rows = rows.rename_columns([KIND_COLUMN if c == ROW_KIND else c
+                                    for c in rows.column_names])
+        out = pa.Table.from_arrays(rows.select(schema.names).columns, schema=schema)
+        if dictionary is None:
+            # One choice of encodings for all the files of the write.
+            dictionary = dictionary_columns(out)
+        directory = "/".join(p for p in ("changelog", ppath, f"bucket-{bucket}") if p)
+        writer = DataFileWriter(target, directory, partition_path=ppath,
+                                partition_values=pvalues, bucket=bucket,
+                                dictionary=dictionary)
+        writers.append(writer)
+        writer.write_all(out)
 
 
 def _new_tasks(table: Table, runs: Sequence[NewFile], seq: int) -> list[FileTask]:
@@ -238,23 +246,59 @@ os.register_at_fork(after_in_child=_RUNS.after_fork)
 def remember_runs(table: Table, written: Sequence[tuple[DataFileWriter, pa.Table]]) -> None:
     """Keep the runs a write just wrote (each writer's rows, written as one file) decoded for
     the lookup changelogs of this write and the next ones, so none reads them back."""
-    rec = table._record
-    if changelog_producer(table) != "lookup":
+    if changelog_producer(table) != "lookup" or not lookup_cache_bytes(table._record.properties):
         return
+    _keep(table, decoded_runs(table, written))
+
+
+def decoded_runs(table: Table, written: Sequence[tuple[DataFileWriter, pa.Table]]
+                 ) -> list[tuple[DataFileWriter, _Run]]:
+    """Each writer's rows as a run of its own memory."""
+    first = table._record.primary_key[0]
+    fast = _integer_like(table.schema.field(first).type)
+    # A run is a slice of the whole write: copied (a memcpy) so that the cache holds, and
+    # counts, only its own rows.
+    return [(writer, _Run.of(pa.Table.from_arrays([pa.concat_arrays(c.chunks)
+                                                   for c in rows.columns], schema=rows.schema),
+                             first, fast))
+            for writer, rows in written]
+
+
+def _keep(table: Table, runs: Sequence[tuple[DataFileWriter, _Run]]) -> None:
+    """Cache the runs whose writer wrote them as one (closed) file."""
+    rec = table._record
     limit = lookup_cache_bytes(rec.properties)
     if not limit:
         return
-    first = rec.primary_key[0]
-    fast = _integer_like(table.schema.field(first).type)
-    for writer, rows in written:
+    for writer, run in runs:
         if len(writer.files) != 1:
             continue  # rolled over into several files: none holds all the rows
         path = table._storage.join(rec.location, writer.files[0].path)
-        # A run is a slice of the whole write: copied (a memcpy) so that the cache holds, and
-        # counts, only its own rows.
-        own = pa.Table.from_arrays([pa.concat_arrays(c.chunks) for c in rows.columns],
-                                   schema=rows.schema)
-        _RUNS.put((path, rec.current_schema_id), _Run.of(own, first, fast), limit)
+        _RUNS.put((path, rec.current_schema_id), run, limit)
+
+
+def finish_with_lookup(table: Table, base: int | None, writers: Sequence[DataFileWriter],
+                       written: Sequence[tuple[DataFileWriter, pa.Table]]
+                       ) -> tuple[list[NewFile], list[NewFile]]:
+    """Finish the data ``writers`` (their runs ``written`` already on the write pool) while the
+    lookup changelog of those runs on snapshot ``base`` is computed and handed to the pool: the
+    lookup needs the runs' rows, not their files. Returns the runs' files and the changelog
+    files; on any error every file of both is deleted and the error re-raised."""
+    logs: list[DataFileWriter] = []
+    files: list[NewFile] = []
+    changelog: list[NewFile] = []
+    try:
+        runs = decoded_runs(table, written)
+        _start_parts(table, lookup_written(table, base, runs), logs)
+        files = close_all(writers)
+        changelog = close_all(logs)
+    except BaseException:
+        for writer in [*writers, *logs]:
+            writer.abort()
+        _discard(table, [*files, *changelog])
+        raise
+    _keep(table, runs)
+    return files, changelog
 
 
 def _read_versions(view: TableView, tasks: Sequence[FileTask], expr: Expr
@@ -416,24 +460,57 @@ def lookup_parts(table: Table, base: int | None, runs: Sequence[NewFile]
     outside the written key range skipped by their statistics, or found in the cache of
     decoded runs)."""
     rec = table._record
+    view = table._view(base, current_schema=True)
+    first = rec.primary_key[0]
+    fast = _integer_like(view.schema.field(first).type)
+    fresh = _new_tasks(table, runs, (base or 0) + 1)
+    decoded = _runs(view, fresh, AlwaysTrue(), first, fast, lookup_cache_bytes(rec.properties))
+    place: dict[_Unit, tuple[str | None, str | None, int]] = {}
+    for task, written in zip(fresh, runs, strict=True):
+        place.setdefault((task.partition_id, task.bucket),
+                         (written.partition_path, written.partition_values,
+                          int(written.bucket or 0)))
+    new = [((task.partition_id, task.bucket), run) for task, run in decoded.values()]
+    return _lookup(table, view, base, new, place)
+
+
+def lookup_written(table: Table, base: int | None, written: Sequence[tuple[DataFileWriter, _Run]]
+                   ) -> Iterable[_Part]:
+    """:func:`lookup_parts` of runs still being written: ``written`` pairs each run's writer
+    (its place) with the run's rows, so nothing waits for their files."""
+    rec = table._record
+    view = table._view(base, current_schema=True)
+    pids = {path: pid for pid, path, _ in table._metastore.partitions(rec.table_id)}
+    fresh = iter(range(-1, -(1 << 30), -1))
+    place: dict[_Unit, tuple[str | None, str | None, int]] = {}
+    new: list[tuple[_Unit, _Run]] = []
+    for writer, run in written:
+        ppath = writer.partition_path
+        if ppath is not None and ppath not in pids:
+            pids[ppath] = next(fresh)  # a new partition: no committed runs in it
+        unit = (pids[ppath] if ppath is not None else None, writer.bucket)
+        place.setdefault(unit, (ppath, writer.partition_values, int(writer.bucket or 0)))
+        new.append((unit, run))
+    return _lookup(table, view, base, new, place)
+
+
+def _lookup(table: Table, view: TableView, base: int | None, new: Sequence[tuple[_Unit, _Run]],
+            place: Mapping[_Unit, tuple[str | None, str | None, int]]) -> Iterable[_Part]:
+    """The changes of the new runs ``new`` (their unit and rows, ordered after every run of
+    snapshot ``base``), per unit at ``place``."""
+    rec = table._record
     key = list(rec.primary_key)
     spec = table._merge_spec()
     assert spec is not None  # a primary-key table
-    view = table._view(base, current_schema=True)
     names = view.schema.names
     first = key[0]
     fast = _integer_like(view.schema.field(first).type)
     limit = lookup_cache_bytes(rec.properties)
-    fresh = _new_tasks(table, runs, (base or 0) + 1)
-    new = _runs(view, fresh, AlwaysTrue(), first, fast, limit)
-    unit_of = {t.file_id: (t.partition_id, t.bucket) for t in fresh}
-    place: dict[_Unit, NewFile] = {}
-    for task, written in zip(fresh, runs, strict=True):
-        place.setdefault((task.partition_id, task.bucket), written)
+    new_seq = (base or 0) + 1
     # The touched first-key values of each unit, and over all of them their range.
     touched: dict[_Unit, Any] = {}
-    for fid, (_, run) in new.items():
-        touched.setdefault(unit_of[fid], []).append(run)
+    for unit, run in new:
+        touched.setdefault(unit, []).append(run)
     new_rows: dict[_Unit, _Run] = {}
     for unit, parts in touched.items():
         if not fast:
@@ -459,7 +536,7 @@ def lookup_parts(table: Table, base: int | None, runs: Sequence[NewFile]
         # Only the written key range: files and row groups outside it are pruned by their
         # statistics.
         low, high = pc.min_max(pa.chunked_array(
-            [c for _, run in new.values() for c in run.rows.column(first).chunks],
+            [c for _, run in new for c in run.rows.column(first).chunks],
             view.schema.field(first).type)).values()
         expr = and_all([col(first) >= low.as_py(), col(first) <= high.as_py()])
     old = _runs(view, committed, expr, first, fast, limit)
@@ -478,8 +555,8 @@ def lookup_parts(table: Table, base: int | None, runs: Sequence[NewFile]
     before = {unit: [(seq, _touched_rows(run, first, touched[unit])) for seq, run in runs_]
               for unit, runs_ in olds.items()}
     after = {unit: [*parts] for unit, parts in before.items()}
-    for fid, (task, run) in new.items():
-        after[unit_of[fid]].append((task.seq_max or 0, run.rows))
+    for unit, run in new:
+        after[unit].append((new_seq, run.rows))
     merged_before = _merge_units(spec, before)
     merged_after = _merge_units(spec, after)
     empty = view.schema.empty_table()
@@ -488,13 +565,13 @@ def lookup_parts(table: Table, base: int | None, runs: Sequence[NewFile]
     return list(_bucketed(table, changes)) if changes.num_rows else []
 
 
-def _as_ready(pending: Sequence[tuple[NewFile, Future[pa.Table]]]) -> Iterator[_Part]:
+def _as_ready(pending: Sequence[tuple[tuple[str | None, str | None, int], Future[pa.Table]]]
+              ) -> Iterator[_Part]:
     """The parts computed on the pool, in order; those not taken yet are cancelled if the
     caller stops early (a failed write)."""
     try:
         for place, future in pending:
-            yield (place.partition_path, place.partition_values, int(place.bucket or 0),
-                   future.result())
+            yield (*place, future.result())
     finally:
         for _, future in pending:
             future.cancel()
@@ -650,9 +727,12 @@ class _StaleChangelog(CommitConflict):
 def commit_runs(table: Table, kind: str, base: int | None, runs: list[NewFile],
                 rows: pa.Table, *, commit_id: str | None = None,
                 summary: dict[str, Any] | None = None,
-                on_rebase: Callable[[pa.Table], None] | None = None) -> WriteResult:
+                on_rebase: Callable[[pa.Table], None] | None = None,
+                lookup_changelog: list[NewFile] | None = None) -> WriteResult:
     """Commit written runs with the changelog the table's producer asks for. ``on_rebase`` is
-    the write's own conflict check; its CommitConflict reaches the caller unchanged."""
+    the write's own conflict check; its CommitConflict reaches the caller unchanged.
+    ``lookup_changelog``: a ``lookup`` table's changelog of ``runs`` on ``base``, already
+    written (:func:`finish_with_lookup`); computed again only if a commit lands first."""
     producer = changelog_producer(table)
     if producer == "none":
         return commit_files(table, kind, base, runs, commit_id=commit_id, summary=summary,
@@ -665,10 +745,16 @@ def commit_runs(table: Table, kind: str, base: int | None, runs: list[NewFile],
     units = pa.array(sorted({f.bucket for f in runs if f.bucket is not None}), pa.int32())
     looked_up_at = base  # the snapshot the lookup read; the commit stays based on ``base``
     for attempt in range(10):
-        if producer == "input":
-            changelog = _write(table, rows) if rows.num_rows else []
-        else:
-            changelog = _write_parts(table, lookup_parts(table, looked_up_at, runs))
+        try:
+            if producer == "input":
+                changelog = _write(table, rows) if rows.num_rows else []
+            elif attempt == 0 and lookup_changelog is not None:
+                changelog = lookup_changelog
+            else:
+                changelog = _write_parts(table, lookup_parts(table, looked_up_at, runs))
+        except BaseException:
+            _discard(table, runs)  # the changelog's own files are deleted already
+            raise
 
         def stale(added: pa.Table, seen: int | None = looked_up_at) -> None:
             # The write's own check sees every commit since its base, on every attempt.

@@ -334,6 +334,25 @@ def _run_groups(rows: pa.Table, key: list[str], partition_by: list[str], buckets
 
 def write_runs(table: Table, rows: pa.Table) -> list[NewFile]:
     """Write ``rows`` (table schema + ``_row_kind``) as one sorted run per partition and bucket."""
+    files: list[NewFile] = []
+    writers: list[DataFileWriter] = []
+    try:
+        written = _start_runs(table, rows, writers)
+        files = close_all(writers)
+    except BaseException:
+        for writer in writers:
+            writer.abort()
+        _discard(table, files)
+        raise
+    changelog.remember_runs(table, written)
+    return files
+
+
+def _start_runs(table: Table, rows: pa.Table, writers: list[DataFileWriter]
+                ) -> list[tuple[DataFileWriter, pa.Table]]:
+    """Hand ``rows`` to the write pool as one sorted run per partition and bucket, each
+    writer appended to ``writers`` (the caller closes them, or aborts them on an error);
+    returns each writer with its run's rows."""
     rec = table._record
     key = list(rec.primary_key)
     buckets = int(rec.buckets or DEFAULT_BUCKETS)
@@ -343,42 +362,32 @@ def write_runs(table: Table, rows: pa.Table) -> list[NewFile]:
     target = FileTarget(storage=table._storage, location=rec.location, schema=schema,
                         schema_id=rec.current_schema_id,
                         options=WriteOptions.from_properties(rec.properties, sorted_runs=True))
-    files: list[NewFile] = []
-    writers: list[DataFileWriter] = []
     dictionary: list[str] | None = None
     written: list[tuple[DataFileWriter, pa.Table]] = []
-    try:
-        for values, bucket, run in _run_groups(rows, key, list(rec.partition_by), buckets,
-                                               engine, seq_field):
-            run = run.rename_columns([KIND_COLUMN if c == ROW_KIND else c
-                                      for c in run.column_names]).select(schema.names)
-            run = pa.Table.from_arrays(run.columns, schema=schema)
-            if dictionary is None:
-                # One choice of encodings for all the write's runs, not a sample per file.
-                dictionary = dictionary_columns(run)
-            shown = [v.as_py() if v.is_valid else None for v in values]
-            ppath = partition_path(rec.partition_by, shown) if rec.partition_by else None
-            directory = "/".join(p for p in ("data", ppath, f"bucket-{bucket}") if p)
-            writer = DataFileWriter(
-                target, directory, partition_path=ppath,
-                partition_values=json.dumps([encode_partition_value(v) for v in values])
-                if rec.partition_by else None,
-                bucket=bucket,
-                file_hook=lambda t: {"key_min": key_json(t.slice(0, 1), key),
-                                     "key_max": key_json(t.slice(t.num_rows - 1, 1), key)},
-                dictionary=dictionary)
-            writers.append(writer)
-            # The pool writes this run while the next one is cut.
-            writer.write_all(run)
-            written.append((writer, run))
-        files = close_all(writers)
-    except BaseException:
-        for writer in writers:
-            writer.abort()
-        _discard(table, files)
-        raise
-    changelog.remember_runs(table, written)
-    return files
+    for values, bucket, run in _run_groups(rows, key, list(rec.partition_by), buckets,
+                                           engine, seq_field):
+        run = run.rename_columns([KIND_COLUMN if c == ROW_KIND else c
+                                  for c in run.column_names]).select(schema.names)
+        run = pa.Table.from_arrays(run.columns, schema=schema)
+        if dictionary is None:
+            # One choice of encodings for all the write's runs, not a sample per file.
+            dictionary = dictionary_columns(run)
+        shown = [v.as_py() if v.is_valid else None for v in values]
+        ppath = partition_path(rec.partition_by, shown) if rec.partition_by else None
+        directory = "/".join(p for p in ("data", ppath, f"bucket-{bucket}") if p)
+        writer = DataFileWriter(
+            target, directory, partition_path=ppath,
+            partition_values=json.dumps([encode_partition_value(v) for v in values])
+            if rec.partition_by else None,
+            bucket=bucket,
+            file_hook=lambda t: {"key_min": key_json(t.slice(0, 1), key),
+                                 "key_max": key_json(t.slice(t.num_rows - 1, 1), key)},
+            dictionary=dictionary)
+        writers.append(writer)
+        # The pool writes this run while the next one is cut.
+        writer.write_all(run)
+        written.append((writer, run))
+    return written
 
 
 def collect(table: Table, data: Any, *, where: str = "input") -> pa.Table:
@@ -411,9 +420,22 @@ def commit_rows(table: Table, rows: pa.Table, kind: str, *, commit_id: str | Non
     if rows.num_rows == 0:
         return WriteResult(None, kind)
     check_sequence_values(table, rows)
-    files = write_runs(table, rows)
+    logged: list[NewFile] | None = None
+    if changelog.changelog_producer(table) == "lookup":
+        # The lookup reads the new runs' rows, not their files: it runs while they are written.
+        writers: list[DataFileWriter] = []
+        try:
+            written = _start_runs(table, rows, writers)
+        except BaseException:
+            for writer in writers:
+                writer.abort()
+            raise
+        files, logged = changelog.finish_with_lookup(table, base, writers, written)
+    else:
+        files = write_runs(table, rows)
     result = changelog.commit_runs(table, kind, base, files, rows, commit_id=commit_id,
-                                   summary=summary, on_rebase=on_rebase)
+                                   summary=summary, on_rebase=on_rebase,
+                                   lookup_changelog=logged)
     return compact_after_commit(table, result, files)
 
 
