@@ -600,11 +600,20 @@ def _newest_wins_changes(names: Sequence[str], new: _Run, old: Sequence[tuple[in
         assert values is not None
         if len(values) == 0 or len(open_) == 0:
             continue
-        at, hit = _find(values, keys[open_])
+        # Only the open keys inside the run's key range can be in it (both are sorted): new
+        # keys above every committed key (inserts) are not searched run after run.
+        wanted = keys[open_]
+        lo = int(np.searchsorted(wanted, values[0], "left"))
+        hi = int(np.searchsorted(wanted, values[-1], "right"))
+        if lo >= hi:
+            continue
+        at, hit = _find(values, wanted[lo:hi])
         if not hit.any():
             continue
-        mine, at = open_[hit], at[hit]
-        open_ = open_[~hit]
+        mine, at = open_[lo:hi][hit], at[hit]
+        still = np.ones(len(open_), dtype=bool)
+        still[lo:hi][hit] = False
+        open_ = open_[still]
         # A retraction as the newest version: the key has no row before the write.
         live = ~is_retraction(run.rows.column(KIND_COLUMN).to_numpy()[at])
         if not live.all():
