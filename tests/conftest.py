@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import time
 from datetime import date
 from pathlib import Path
 
@@ -131,3 +133,17 @@ def stored_paths(table: al.Table) -> set[str]:
 def put_file(table: al.Table, path: str, data: bytes) -> None:
     with table._storage.open_output(path) as out:
         out.write(data)
+
+
+def wake_delays(stream: al.Stream, writer: subprocess.Popen, n: int = 5) -> list[float]:
+    """Seconds from each of the first ``n`` commits of ``writer`` (whose rows carry their
+    commit time in column ``v``) to ``stream`` yielding it; the writer must exit cleanly."""
+    delays = []
+    for change in stream:
+        sent = float(change.to_arrow().column("v")[0].as_py())
+        delays.append(time.time() - sent)
+        if len(delays) == n:
+            break
+    stream.close()
+    assert writer.wait(60) == 0
+    return delays

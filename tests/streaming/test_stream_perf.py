@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -15,7 +14,7 @@ import pytest
 import arrowlake as al
 from arrowlake.metastore import signals
 from arrowlake.streaming import stream as stream_mod
-from tests.conftest import METASTORES, make_lake
+from tests.conftest import METASTORES, make_lake, wake_delays
 
 KEYED = pa.schema([pa.field("k", pa.int64(), nullable=False), ("v", pa.string())])
 PLAIN = pa.schema([("id", pa.int64()), ("v", pa.string())])
@@ -81,14 +80,7 @@ def test_sqlite_stream_sees_another_processes_commits_long_before_poll_interval(
     src = str(Path(__file__).resolve().parents[2] / "src")
     env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
     writer = subprocess.Popen([sys.executable, "-c", WRITER, str(path)], env=env)
-    delays = []
-    for change in stream:
-        sent = float(change.to_arrow().column("v")[0].as_py())
-        delays.append(time.time() - sent)
-        if len(delays) == 5:
-            break
-    stream.close()
-    assert writer.wait(60) == 0
+    delays = wake_delays(stream, writer)
     # Woken by the database's change counter, not by the 60 s poll.
     assert max(delays) < 2.0, delays
     # The last stream of the database closed: its watching thread (and connection) ends.

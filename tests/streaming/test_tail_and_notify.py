@@ -8,14 +8,13 @@ import select
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pyarrow as pa
 
 import arrowlake as al
 from arrowlake.cli.main import main
-from tests.conftest import make_lake
+from tests.conftest import make_lake, wake_delays
 
 SCHEMA = pa.schema([pa.field("k", pa.int64(), nullable=False), ("v", pa.string())])
 
@@ -92,13 +91,6 @@ def test_postgres_notify_wakes_a_stream_in_another_process(tmp_path, request):
     uri = lake.metastore.engine.url.render_as_string(hide_password=False)
     stream = t.stream(start="latest", poll_interval=60)  # never polls again within the test
     writer = subprocess.Popen([sys.executable, "-c", WRITER, uri, lake.warehouse], env=_env())
-    delays = []
-    for change in stream:
-        sent = float(change.to_arrow().column("v")[0].as_py())
-        delays.append(time.time() - sent)
-        if len(delays) == 5:
-            break
-    stream.close()
-    assert writer.wait(60) == 0
+    delays = wake_delays(stream, writer)
     assert max(delays) < 2.0, delays  # woken by NOTIFY, not by the 60 s poll
     lake.close()

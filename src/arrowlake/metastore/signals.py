@@ -61,17 +61,26 @@ def publish(url: str, table_id: int | None) -> None:
         callback()
 
 
-class _PgListener(threading.Thread):
-    """One daemon thread per PostgreSQL metastore URL: LISTEN, republish each notification.
-    It holds one connection while streams of that URL are open and closes it after the last."""
+class _UrlThread(threading.Thread):
+    """A daemon thread shared by the streams of one metastore URL (see :func:`_share`): it runs
+    until ``stop`` is set, after its last user left; ``ready`` is set once it is listening."""
+
+    PREFIX = "arrowlake"
 
     def __init__(self, url: str, engine: Any) -> None:
-        super().__init__(name=f"arrowlake-listen-{url[:40]}", daemon=True)
+        super().__init__(name=f"{self.PREFIX}-{url[:40]}", daemon=True)
         self.url = url
         self.engine = engine
         self.ready = threading.Event()
         self.users = 0
         self.stop = threading.Event()
+
+
+class _PgListener(_UrlThread):
+    """One daemon thread per PostgreSQL metastore URL: LISTEN, republish each notification.
+    It holds one connection while streams of that URL are open and closes it after the last."""
+
+    PREFIX = "arrowlake-listen"
 
     def run(self) -> None:
         while not self.stop.is_set():
@@ -102,16 +111,11 @@ class _PgListener(threading.Thread):
 CHECK_INTERVAL = 0.01
 
 
-class _SqliteWatcher(threading.Thread):
+class _SqliteWatcher(_UrlThread):
     """One daemon thread per SQLite metastore URL: check ``PRAGMA data_version`` every
     ``CHECK_INTERVAL`` seconds and wake the URL's streams when it changed."""
 
-    def __init__(self, url: str, engine: Any) -> None:
-        super().__init__(name=f"arrowlake-watch-{url[:40]}", daemon=True)
-        self.url = url
-        self.engine = engine
-        self.users = 0
-        self.stop = threading.Event()
+    PREFIX = "arrowlake-watch"
 
     def run(self) -> None:
         while not self.stop.is_set():
@@ -135,12 +139,12 @@ class _SqliteWatcher(threading.Thread):
                         raw.close()
 
 
-_PG_LISTENERS: dict[str, _PgListener] = {}
-_SQLITE_WATCHERS: dict[str, _SqliteWatcher] = {}
+_PG_LISTENERS: dict[str, _UrlThread] = {}
+_SQLITE_WATCHERS: dict[str, _UrlThread] = {}
 
 
-def _share(registry: dict[str, Any], url: str, engine: Any,
-           make: Callable[[str, Any], Any]) -> tuple[Any, Callable[[], None]]:
+def _share(registry: dict[str, _UrlThread], url: str, engine: Any,
+           make: Callable[[str, Any], _UrlThread]) -> tuple[_UrlThread, Callable[[], None]]:
     """The URL's running thread in ``registry`` (started by ``make`` if there is none), and a
     function to call once when done with it: the last user stops it."""
     with _LOCK:
