@@ -7,8 +7,10 @@ run's key range (``key_min``/``key_max``, JSON of :func:`key_json`).
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -35,6 +37,34 @@ def run_schema(schema: pa.Schema) -> pa.Schema:
 def key_json(row: pa.Table, key: Sequence[str]) -> str:
     """The key of ``row`` (a one-row table) as stored for a run's key range."""
     return json.dumps([encode_scalar(row.column(k)[0]) for k in key], separators=(",", ":"))
+
+
+def key_bounds_compare(key_types: Sequence[pa.DataType]) -> bool:
+    """Whether stored key bounds of these types order in Python as the Arrow values do: ints for
+    integers and temporals, str for strings (code-point order of str is the byte order of
+    UTF-8). Only then can two runs' key ranges be compared without reading the runs."""
+    t = pa.types
+    return all(t.is_integer(typ) or t.is_date(typ) or t.is_timestamp(typ) or t.is_time(typ)
+               or t.is_duration(typ) or t.is_string(typ) or t.is_large_string(typ)
+               or t.is_string_view(typ) for typ in key_types)
+
+
+def key_range(low: str | None, high: str | None
+              ) -> tuple[tuple[Any, ...], tuple[Any, ...]] | None:
+    """A run's stored key bounds as comparable tuples, or None when a bound is missing or holds
+    a null. Callers check :func:`key_bounds_compare` for the key's types first."""
+    if low is None or high is None:
+        return None
+    lo, hi = _key_values(low), _key_values(high)
+    if None in lo or None in hi:
+        return None
+    return lo, hi
+
+
+@functools.lru_cache(maxsize=16384)
+def _key_values(text: str) -> tuple[Any, ...]:
+    """A stored key bound, parsed once (runs are immutable)."""
+    return tuple(json.loads(text))
 
 
 def row_kinds_from(column: pa.Array | pa.ChunkedArray) -> pa.Array:

@@ -9,8 +9,6 @@ what is read.
 
 from __future__ import annotations
 
-import functools
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import product
@@ -35,7 +33,7 @@ from arrowlake.expressions import (
 from arrowlake.io.stats import parse_stats, partition_table, stats_table
 from arrowlake.io.storage import Storage
 from arrowlake.merge.bucketing import buckets_for_keys
-from arrowlake.merge.runs import KIND_FIELD, KIND_FIELD_ID
+from arrowlake.merge.runs import KIND_FIELD, KIND_FIELD_ID, key_bounds_compare, key_range
 from arrowlake.metastore.store import Metastore, TableRecord
 from arrowlake.scan.split import FileTask, MergeSpec, Split
 
@@ -200,8 +198,8 @@ def _run_facts(view: TableView, files: pa.Table
     runs that no other run overlaps. From the metastore: no data is read."""
     key_types = [view.schema.field(k).type for k in view.record.primary_key
                  if k in view.schema.names]
-    comparable = len(key_types) == len(view.record.primary_key) and all(
-        _compares_in_python(t) for t in key_types)
+    comparable = (len(key_types) == len(view.record.primary_key)
+                  and key_bounds_compare(key_types))
     kind_id = str(KIND_FIELD_ID)
     ranges: list[tuple[tuple[Any, ...], tuple[Any, ...]] | None] = []
     additions: list[bool] = []
@@ -212,28 +210,8 @@ def _run_facts(view: TableView, files: pa.Table
         # Runs hold +I (0), +U (2), -D (3) and restarts (4): a maximum of 2 means additions.
         additions.append(kinds is not None and kinds[1] is not None and kinds[1] <= 2
                          and kinds[0] != 1)
-        key_range = None
-        if comparable and low is not None and high is not None:
-            lo, hi = _key_values(low), _key_values(high)
-            if None not in lo and None not in hi:
-                key_range = (lo, hi)
-        ranges.append(key_range)
+        ranges.append(key_range(low, high) if comparable else None)
     return ranges, additions
-
-
-@functools.lru_cache(maxsize=16384)
-def _key_values(text: str) -> tuple[Any, ...]:
-    """A run's stored key bound, parsed once (runs are immutable)."""
-    return tuple(json.loads(text))
-
-
-def _compares_in_python(typ: pa.DataType) -> bool:
-    """Whether stored key values (ints for integers and temporals, str for strings) order like
-    the Arrow values: code-point order of str equals the byte order of UTF-8."""
-    t = pa.types
-    return (t.is_integer(typ) or t.is_date(typ) or t.is_timestamp(typ) or t.is_time(typ)
-            or t.is_duration(typ) or t.is_string(typ) or t.is_large_string(typ)
-            or t.is_string_view(typ))
 
 
 def file_schemas(view: TableView, tasks: Sequence[FileTask]) -> dict[int, pa.Schema]:

@@ -15,7 +15,8 @@ same commit would then tie, so :func:`commit_staged` settles them: the rule is t
 apply in the order of ``StagedWrite.order`` (a Spark job passes the task's partition id), as
 if their rows had been written one after the other in one call. Buckets where no key appears
 in two stages (the usual case: upserted keys are unique, or the input was repartitioned by
-bucket) are committed as written; the runs of a bucket where keys do repeat are merged into one
+bucket) are committed as written, without reading them back when the stages' recorded key ranges
+do not meet; the runs of a bucket where keys do repeat are merged into one
 run before the commit, with the table's merge engine and in stage order.
 """
 
@@ -32,6 +33,7 @@ from arrowlake.errors import ValidationError
 from arrowlake.expressions import AlwaysTrue, Expr, referenced_columns, to_arrow
 from arrowlake.io.storage import Storage
 from arrowlake.io.writer import write_batches
+from arrowlake.merge.runs import key_bounds_compare, key_range
 from arrowlake.metastore.store import NewFile, TableRecord
 from arrowlake.table import changelog
 from arrowlake.table import primary_key as pk
@@ -201,7 +203,7 @@ def _settle_repeated_keys(table: Table, staged: Sequence[StagedWrite]) -> list[N
     out: list[NewFile] = []
     replaced: list[NewFile] = []
     for runs in by_bucket.values():
-        if len({n for n, _ in runs}) < 2 or not _keys_repeat(table, [f for _, f in runs], key):
+        if len({n for n, _ in runs}) < 2 or not _keys_repeat(table, runs, key):
             out.extend(f for _, f in runs)
             continue
         # Stages are in order and each stage's runs of one bucket hold unique keys: reading
@@ -222,6 +224,32 @@ def _read_run(table: Table, file: NewFile, columns: list[str] | None) -> pa.Tabl
     return pq.read_table(path, filesystem=storage.filesystem(), columns=columns)
 
 
-def _keys_repeat(table: Table, runs: Sequence[NewFile], key: list[str]) -> bool:
-    keys = pa.concat_tables([_read_run(table, f, key) for f in runs])
+def _keys_repeat(table: Table, runs: Sequence[tuple[int, NewFile]], key: list[str]) -> bool:
+    """Whether a key of one bucket was written by two stages. Decided from the runs' stored key
+    ranges when they show that no two stages' ranges meet; otherwise the runs' keys are read."""
+    if _ranges_apart(table, runs, key):
+        return False
+    keys = pa.concat_tables([_read_run(table, f, key) for _, f in runs])
     return keys.group_by(key).aggregate([]).num_rows != keys.num_rows
+
+
+def _ranges_apart(table: Table, runs: Sequence[tuple[int, NewFile]], key: list[str]) -> bool:
+    """Whether the key ranges of runs from different stages are disjoint, from the ranges the
+    stages recorded (one step per run: a bucket has a run per stage that wrote to it)."""
+    schema = table.schema
+    if not key_bounds_compare([schema.field(k).type for k in key]):
+        return False
+    ranges = []
+    for stage, f in runs:
+        bounds = key_range(f.key_min, f.key_max)
+        if bounds is None:
+            return False
+        ranges.append((bounds[0], bounds[1], stage))
+    ranges.sort(key=lambda r: r[0])
+    reach, reach_stage = ranges[0][1], ranges[0][2]
+    for lo, hi, stage in ranges[1:]:
+        if lo <= reach and stage != reach_stage:
+            return False
+        if hi > reach:
+            reach, reach_stage = hi, stage
+    return True
