@@ -10,6 +10,7 @@ from decimal import Decimal
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+import pytest
 
 import arrowlake as al
 from arrowlake.expressions import col
@@ -269,6 +270,35 @@ def test_item13_long_partition_values_of_a_key_table(sqlite_lake: al.Lake) -> No
     t.upsert({"k": [1], "p": [long_a], "v": [10]})
     assert sorted(t.to_arrow().column("v").to_pylist()) == [2, 10]
     assert t.scan(filter=f"p = '{long_a}' and k = 1").to_arrow().column("v").to_pylist() == [10]
+
+
+@pytest.mark.parametrize("producer", ["none", "lookup"])
+def test_a_key_table_partition_at_an_old_path_keeps_its_keys(sqlite_lake: al.Lake,
+                                                             producer: str) -> None:
+    """A long partition value written before paths were hashed (its partition row holds the
+    whole value as its path): new writes of that value join the old partition, so an upsert
+    replaces the key there instead of adding a second version in a new partition."""
+    long_a = "k" * 400
+    t = sqlite_lake.create_table("lk", pa.schema([("k", pa.int64()), ("p", pa.string()),
+                                                  ("v", pa.int64())]),
+                                 primary_key=["k", "p"], partition_by=["p"], buckets=2,
+                                 changelog_producer=producer)
+    t.upsert({"k": [1, 2], "p": [long_a, long_a], "v": [1, 2]})
+    c = mt.partitions.c
+    with t._metastore.engine.begin() as conn:
+        conn.execute(mt.partitions.update().where(c.table_id == t._record.table_id)
+                     .values(path="p=" + long_a))
+    t.upsert({"k": [1], "p": [long_a], "v": [10]})
+    assert sorted(t.to_arrow().column("v").to_pylist()) == [2, 10]
+    assert len(t._metastore.partitions(t._record.table_id)) == 1
+    live = t._metastore.live_files(t._record.table_id, t.current_snapshot_id)
+    assert len(set(live.column("partition_id").to_pylist())) == 1
+    if producer == "lookup":
+        change = list(t.stream(start=2, include_row_kind=True, stop_at_latest=True))
+        rows = change[0].to_arrow().select(["_row_kind", "k", "v"]).to_pylist()
+        assert rows == [{"_row_kind": "-U", "k": 1, "v": 1}, {"_row_kind": "+U", "k": 1, "v": 10}]
+    t.compact(full=True)
+    assert sorted(t.to_arrow().column("v").to_pylist()) == [2, 10]
 
 
 def test_string_bounds_from_parquet_statistics_match_min_max(sqlite_lake: al.Lake) -> None:

@@ -217,7 +217,20 @@ class Commits(Database):
                     (c.table_id == table_id) & c.path.in_(chunk))):
                 ids[path] = int(pid)
         missing = [p for p in paths if p not in ids]
+        # A new path whose values an older partition holds joins it (see PartitionIds).
+        by_values: dict[str, int] = {}
+        values = sorted({v for p in missing if (v := wanted[p]) is not None})
+        for chunk_start in range(0, len(values), 500):
+            chunk = values[chunk_start:chunk_start + 500]
+            for pid, vals in conn.execute(sa.select(c.partition_id, c.partition_values).where(
+                    (c.table_id == table_id) & c.partition_values.in_(chunk))
+                    .order_by(c.partition_id.desc())):
+                by_values[vals] = int(pid)  # the oldest partition of these values wins
         for path in missing:
+            known = by_values.get(wanted[path] or "")
+            if known is not None:
+                ids[path] = known
+                continue
             ids[path] = int(conn.execute(t.partitions.insert().values(
                 table_id=table_id, path=path, partition_values=wanted[path]
             )).inserted_primary_key[0])  # type: ignore[index]

@@ -116,6 +116,34 @@ class SnapshotChange:
     changelog: Sequence[NewFile] = ()
 
 
+@dataclass(frozen=True)
+class PartitionIds:
+    """A table's partition ids, found by directory path or, for a path no partition has, by
+    values. A partition is its values; the path is where its files go, and the path of some
+    values changed since tables were first written (a null was ``__NULL__``, long values were
+    not hashed): the partition an old writer made keeps those values' rows, so that one key of a
+    primary-key table never lives in two partitions. The commit resolves paths the same way."""
+
+    by_path: dict[str, int]
+    by_values: dict[str, int]
+
+    @classmethod
+    def of(cls, rows: Sequence[tuple[int, str, str]]) -> PartitionIds:
+        """From ``Metastore.partitions`` rows (ordered by id: the oldest of equal values wins)."""
+        by_values: dict[str, int] = {}
+        for pid, _, values in rows:
+            by_values.setdefault(values, pid)
+        return cls({path: pid for pid, path, _ in rows}, by_values)
+
+    def get(self, path: str | None, values: str | None) -> int | None:
+        if path is None:
+            return None
+        pid = self.by_path.get(path)
+        if pid is None and values is not None:
+            pid = self.by_values.get(values)
+        return pid
+
+
 FILE_COLUMNS = (
     "file_id", "path", "partition_id", "bucket", "added_snapshot", "removed_snapshot",
     "schema_id", "row_count", "file_size", "content", "stats", "key_min", "key_max",

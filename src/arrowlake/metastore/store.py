@@ -36,6 +36,7 @@ from arrowlake.metastore.records import (
     FILE_SCHEMA,
     CommitResult,
     NewFile,
+    PartitionIds,
     SnapshotChange,
     TableRecord,
     check_commit_id,
@@ -395,6 +396,10 @@ class Metastore(Commits, Streams):
                 .order_by(t.partitions.c.partition_id))
             return [(int(r[0]), r[1], r[2]) for r in rows]
 
+    def partition_ids(self, table_id: int) -> PartitionIds:
+        """The table's partitions, to find the id a written file's partition will get."""
+        return PartitionIds.of(self.partitions(table_id))
+
     def live_files(self, table_id: int, snapshot_id: int | None,
                    partition_ids: Sequence[int] | None = None,
                    buckets: Sequence[int] | None = None) -> pa.Table:
@@ -449,5 +454,5 @@ class Metastore(Commits, Streams):
         return paths
 
 
-__all__ = ["CommitResult", "Database", "Metastore", "NewFile", "SnapshotChange", "TableRecord",
-           "check_commit_id", "check_name", "now_ms", "sqlite_read_only_uri"]
+__all__ = ["CommitResult", "Database", "Metastore", "NewFile", "PartitionIds", "SnapshotChange",
+           "TableRecord", "check_commit_id", "check_name", "now_ms", "sqlite_read_only_uri"]

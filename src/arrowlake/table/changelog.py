@@ -143,11 +143,14 @@ def _start_parts(table: Table, parts: Iterable[_Part], writers: list[DataFileWri
 def _new_tasks(table: Table, runs: Sequence[NewFile], seq: int) -> list[FileTask]:
     """The written (not yet committed) runs as file tasks ordered after every committed run."""
     storage, loc = table._storage, table._record.location
-    pids = {path: pid for pid, path, _ in table._metastore.partitions(table._record.table_id)}
+    known = table._metastore.partition_ids(table._record.table_id)
+    pids: dict[str, int] = {}
     fresh = iter(range(-1, -(1 << 30), -1))
     for f in runs:
         if f.partition_path is not None and f.partition_path not in pids:
-            pids[f.partition_path] = next(fresh)  # a new partition: no committed runs in it
+            pid = known.get(f.partition_path, f.partition_values)
+            # None: a new partition, with no committed runs in it.
+            pids[f.partition_path] = next(fresh) if pid is None else pid
     return [
         FileTask(-1 - i, storage.join(loc, f.path), f.file_size, f.row_count, f.schema_id,
                  f.bucket, seq, seq, pids.get(f.partition_path) if f.partition_path else None,
@@ -480,14 +483,17 @@ def lookup_written(table: Table, base: int | None, written: Sequence[tuple[DataF
     (its place) with the run's rows, so nothing waits for their files."""
     rec = table._record
     view = table._view(base, current_schema=True)
-    pids = {path: pid for pid, path, _ in table._metastore.partitions(rec.table_id)}
+    known = table._metastore.partition_ids(rec.table_id)
+    pids: dict[str, int] = {}
     fresh = iter(range(-1, -(1 << 30), -1))
     place: dict[_Unit, tuple[str | None, str | None, int]] = {}
     new: list[tuple[_Unit, _Run]] = []
     for writer, run in written:
         ppath = writer.partition_path
         if ppath is not None and ppath not in pids:
-            pids[ppath] = next(fresh)  # a new partition: no committed runs in it
+            pid = known.get(ppath, writer.partition_values)
+            # None: a new partition, with no committed runs in it.
+            pids[ppath] = next(fresh) if pid is None else pid
         unit = (pids[ppath] if ppath is not None else None, writer.bucket)
         place.setdefault(unit, (ppath, writer.partition_values, int(writer.bucket or 0)))
         new.append((unit, run))

@@ -257,9 +257,8 @@ def compact_if_needed(table: Table, written: Sequence[NewFile]) -> CompactionRes
     base = table.current_snapshot_id
     if base is None:
         return None
-    paths = {path: pid for pid, path, _ in table._metastore.partitions(table._record.table_id)}
-    touched = {(paths.get(f.partition_path) if f.partition_path is not None else None,
-                f.bucket) for f in written}
+    known = table._metastore.partition_ids(table._record.table_id)
+    touched = {(known.get(f.partition_path, f.partition_values), f.bucket) for f in written}
     # Count the touched buckets' runs before planning anything: most commits find none due.
     files = table._metastore.live_files(
         table._record.table_id, base,
