@@ -224,6 +224,16 @@ def test_item6_partitions_written_before_keep_reading(lake: al.Lake) -> None:
     assert sorted(old.scan(filter="p is null").to_arrow().column("id").to_pylist()) == [1, 2]
     assert old.scan(filter="p is null").count() == 2
     assert old.to_arrow().column("p").to_pylist() == [None, None]
+    # The new null went to p=(null) and joined the old null partition; the string "__NULL__"
+    # now written into the old null's directory gets a partition of its own.
+    old.append({"id": [3], "p": ["__NULL__"]})
+    old.append({"id": [4], "p": ["__NULL__"]})
+    assert sorted(old.scan(filter="p = '__NULL__'").to_arrow().column("id").to_pylist()) == [3, 4]
+    assert sorted(old.scan(filter="p is null").to_arrow().column("id").to_pylist()) == [1, 2]
+    assert sorted(old.to_arrow().to_pylist(), key=lambda r: r["id"]) == [
+        {"id": 1, "p": None}, {"id": 2, "p": None}, {"id": 3, "p": "__NULL__"},
+        {"id": 4, "p": "__NULL__"}]
+    assert len(old._metastore.partitions(old._record.table_id)) == 2
 
 
 def test_partition_paths_are_distinct_for_distinct_values() -> None:

@@ -24,9 +24,11 @@ from arrowlake.metastore.records import (
     FILE_SCHEMA,
     CommitResult,
     NewFile,
+    PartitionIds,
     SnapshotChange,
     check_commit_id,
     now_ms,
+    partition_alias,
     rows_to_table,
 )
 
@@ -210,30 +212,26 @@ class Commits(Database):
         if not wanted:
             return ids
         c = t.partitions.c
-        paths = list(wanted)
-        for chunk_start in range(0, len(paths), 500):
-            chunk = paths[chunk_start:chunk_start + 500]
-            for pid, path in conn.execute(sa.select(c.partition_id, c.path).where(
-                    (c.table_id == table_id) & c.path.in_(chunk))):
-                ids[path] = int(pid)
-        missing = [p for p in paths if p not in ids]
-        # A new path whose values an older partition holds joins it (see PartitionIds).
-        by_values: dict[str, int] = {}
-        values = sorted({v for p in missing if (v := wanted[p]) is not None})
-        for chunk_start in range(0, len(values), 500):
-            chunk = values[chunk_start:chunk_start + 500]
-            for pid, vals in conn.execute(sa.select(c.partition_id, c.partition_values).where(
-                    (c.table_id == table_id) & c.partition_values.in_(chunk))
-                    .order_by(c.partition_id.desc())):
-                by_values[vals] = int(pid)  # the oldest partition of these values wins
-        for path in missing:
-            known = by_values.get(wanted[path] or "")
-            if known is not None:
-                ids[path] = known
-                continue
-            ids[path] = int(conn.execute(t.partitions.insert().values(
-                table_id=table_id, path=path, partition_values=wanted[path]
-            )).inserted_primary_key[0])  # type: ignore[index]
+        # The partitions at these paths or of these values (see PartitionIds).
+        rows: set[tuple[int, str, str]] = set()
+        for column, keys in ((c.path, list(wanted)),
+                             (c.partition_values, sorted({v for v in wanted.values() if v}))):
+            for start in range(0, len(keys), 500):
+                rows.update((int(pid), path, values) for pid, path, values in conn.execute(
+                    sa.select(c.partition_id, c.path, c.partition_values).where(
+                        (c.table_id == table_id) & column.in_(keys[start:start + 500]))))
+        known = PartitionIds.of(list(rows))
+        for path, values in wanted.items():
+            pid = known.get(path, values)
+            if pid is None:
+                # The path is taken only by a partition of other values: record an alias.
+                record_path = path if path not in known.by_path else partition_alias(
+                    path, values or "")
+                pid = int(conn.execute(t.partitions.insert().values(
+                    table_id=table_id, path=record_path, partition_values=values
+                )).inserted_primary_key[0])  # type: ignore[index]
+                known.by_values[values or ""] = pid
+            ids[path] = pid
         return ids
 
 

@@ -3,6 +3,8 @@ checks on names and commit ids."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -118,30 +120,47 @@ class SnapshotChange:
 
 @dataclass(frozen=True)
 class PartitionIds:
-    """A table's partition ids, found by directory path or, for a path no partition has, by
-    values. A partition is its values; the path is where its files go, and the path of some
-    values changed since tables were first written (a null was ``__NULL__``, long values were
-    not hashed): the partition an old writer made keeps those values' rows, so that one key of a
-    primary-key table never lives in two partitions. The commit resolves paths the same way."""
+    """A table's partition ids, found for a written file by its directory path or by its values.
 
-    by_path: dict[str, int]
+    A partition is its values; the path is where its files go, and the path of some values
+    changed since tables were first written (a null was ``__NULL__``, long values were not
+    hashed). So a path no partition has joins an older partition holding the same values (one
+    key of a primary-key table never lives in two partitions), and a path whose partition holds
+    a null where the file's values hold a value (the string ``"__NULL__"`` at an old null's
+    ``p=__NULL__``) is not that partition. The commit resolves paths the same way, and records
+    such a partition under :func:`partition_alias` of the path.
+    """
+
+    by_path: dict[str, tuple[int, str]]  # path -> (id, values)
     by_values: dict[str, int]
 
     @classmethod
     def of(cls, rows: Sequence[tuple[int, str, str]]) -> PartitionIds:
-        """From ``Metastore.partitions`` rows (ordered by id: the oldest of equal values wins)."""
+        """From ``(partition_id, path, values)`` rows (the oldest of equal values wins)."""
         by_values: dict[str, int] = {}
-        for pid, _, values in rows:
+        for pid, _, values in sorted(rows):
             by_values.setdefault(values, pid)
-        return cls({path: pid for pid, path, _ in rows}, by_values)
+        return cls({path: (pid, values) for pid, path, values in rows}, by_values)
 
     def get(self, path: str | None, values: str | None) -> int | None:
         if path is None:
             return None
-        pid = self.by_path.get(path)
-        if pid is None and values is not None:
-            pid = self.by_values.get(values)
-        return pid
+        at_path = self.by_path.get(path)
+        if at_path is not None and (values is None or same_nulls(at_path[1], values)):
+            return at_path[0]
+        return self.by_values.get(values) if values is not None else None
+
+
+def same_nulls(values: str, other: str) -> bool:
+    """Whether two partitions' values (JSON lists) hold nulls at the same places."""
+    a, b = json.loads(values), json.loads(other)
+    return len(a) == len(b) and all((x is None) == (y is None) for x, y in zip(a, b, strict=True))
+
+
+def partition_alias(path: str, values: str) -> str:
+    """The path recorded for a partition whose directory an older partition of other values
+    has: the path and a hash of the values in parentheses (never in a quoted path)."""
+    return f"{path}({hashlib.sha256(values.encode()).hexdigest()[:16]})"
 
 
 FILE_COLUMNS = (
