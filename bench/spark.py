@@ -26,8 +26,8 @@ PySpark issue sets targets for:
 - a 1-in-10,000 key filter: >= 10x faster with filter pushdown than without. For reference,
   Spark's own time for the query over the Parquet copy, and the minimal Python source running
   the same query over a Parquet file of just the 1,000 selected rows: the fixed cost of any
-  Python source query here (three planning round trips to Python workers, a task in a Python
-  worker, two stages for the count), below which pushdown cannot go;
+  Python source query here (two planning round trips to Python workers, a task in a Python
+  worker, two stages for the count): the floor pushdown can approach;
 - writes: ``df.write.format("arrowlake")`` >= 0.5x ``df.write.parquet`` of the same DataFrame,
   a zstd table against Spark writing zstd (and, for reference, Spark's default snappy), a
   snappy table against snappy; the first write of each kind in the session is timed on its own
