@@ -197,3 +197,31 @@ def test_filters_are_accepted_only_where_the_scan_applies_them_exactly():
     expr, rejected = split_filters(given, schema)
     assert str(expr) == "i = 3 AND s IN ('a', 'b') AND f IS NULL AND NOT (i > 5) AND s LIKE 'x%'"
     assert rejected == given[5:]
+
+
+def test_pushdown_on_a_dataframe_loaded_before_the_table_changed(spark, lake_path):
+    """The pushdown worker takes the table schema from the loaded source (no second lookup);
+    the rows are still those of the snapshot current when the query runs."""
+    lake = al.connect(lake_path)
+    t = lake.create_table("shop.orders", ORDERS, partition_by=["day"])
+    t.append(orders(0, 300))
+    key = "spark.sql.python.filterPushdown.enabled"
+    spark.conf.set(key, "true")
+    try:
+        df = read(spark, lake_path, "shop.orders")
+        t.add_column("note", pa.string())
+        t.append(pa.table({"order_id": [5000, 5001], "day": ["2026-11-02", "2026-11-03"],
+                           "customer": ["c1", "c2"], "amount": [77, 78], "note": ["a", "b"]}))
+        query = "amount > 75 and day = '2026-11-02'"
+        pushed = frame_rows(df.where(query))
+        expected = as_spark_rows(t.scan(query, ["order_id", "day", "customer", "amount"])
+                                 .to_arrow())
+        assert pushed == expected
+        assert [r["order_id"] for r in pushed if r["order_id"] >= 5000] == [5000]
+        # A schema given by the reader: the worker looks the table schema up itself.
+        given = spark.read.format("arrowlake").option("lake", str(lake_path)) \
+            .schema("order_id long, day string, customer string, amount int") \
+            .load("shop.orders")
+        assert frame_rows(given.where(query)) == expected
+    finally:
+        spark.conf.set(key, "false")

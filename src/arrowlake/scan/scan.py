@@ -91,14 +91,26 @@ class Scan:
     def _files(self) -> pa.Table:
         return plan_files(self.view, self.expr)
 
-    def plan(self, target_bytes: int | None = None) -> list[Split]:
-        """Picklable splits, each readable on its own in any process."""
+    def plan(self, target_bytes: int | None = None, min_splits: int = 1) -> list[Split]:
+        """Picklable splits, each readable on its own in any process.
+
+        Without an explicit ``target_bytes``, splits are made smaller when the table's split
+        size would give fewer than ``min_splits`` (an engine with that many workers would
+        leave some idle); the files are listed once either way.
+        """
+        explicit = target_bytes is not None
         if target_bytes is None:
             target_bytes = int(self.view.record.properties.get("read.split-size",
                                                                DEFAULT_SPLIT_BYTES))
         tasks = file_tasks(self.view, self._files())
-        return make_splits(self.view, tasks, columns=self.columns, expr=self.expr,
-                           target_bytes=target_bytes, merge=self.merge, limit=self.limit)
+        splits = make_splits(self.view, tasks, columns=self.columns, expr=self.expr,
+                             target_bytes=target_bytes, merge=self.merge, limit=self.limit)
+        if not explicit and 0 < len(splits) < min_splits:
+            total = sum(s.size_bytes for s in splits)
+            splits = make_splits(self.view, tasks, columns=self.columns, expr=self.expr,
+                                 target_bytes=max(1, total // min_splits), merge=self.merge,
+                                 limit=self.limit)
+        return splits
 
     def _single_split(self) -> Split | None:
         splits = self.plan(target_bytes=1 << 62)

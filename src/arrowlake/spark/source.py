@@ -236,11 +236,7 @@ def plan_splits(scan: Scan, split_size: int | None = None, min_partitions: int =
                 ) -> list[Split]:
     """The scan's splits. Without an explicit ``split_size``, splits are made smaller when the
     default size would give fewer than ``min_partitions`` (Spark would leave cores idle)."""
-    splits = scan.plan(split_size)
-    if split_size is None and 0 < len(splits) < min_partitions:
-        total = sum(s.size_bytes for s in splits)
-        splits = scan.plan(max(1, total // min_partitions))
-    return splits
+    return scan.plan(split_size, min_partitions)
 
 
 def split_partitions(scan: Scan, split_size: int | None = None,
@@ -280,11 +276,13 @@ def _pushdown_requested() -> bool:
 class ArrowlakeReader(DataSourceReader):
     """Plans on the driver (one partition per split); executors read splits."""
 
-    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
+    def __init__(self, options: Mapping[str, str], schema: StructType,
+                 table_schema: pa.Schema | None = None) -> None:
         self.options = dict(options)
         self.columns = tuple(schema.fieldNames())
         self.target = spark_arrow_schema(schema)
         self.filter: Expr = AlwaysTrue()
+        self.table_schema = table_schema
 
     def _scan(self) -> Scan:
         table = open_table(self.options)
@@ -308,7 +306,8 @@ class ArrowlakeFilteringReader(ArrowlakeReader):
     """The reader with filter pushdown (see :func:`_pushdown_requested`)."""
 
     def pushFilters(self, filters: list[Filter]) -> list[Filter]:
-        schema = source_schema(self.options)
+        schema = (self.table_schema if self.table_schema is not None
+                  else source_schema(self.options))
         accepted, rejected = split_filters(filters, schema)
         self.filter = accepted
         return rejected
@@ -392,12 +391,25 @@ class ArrowlakeDataSource(DataSource):
     def name(cls) -> str:
         return FORMAT
 
+    def table_schema(self) -> pa.Schema:
+        """The Arrow schema of a read with these options, looked up once per instance.
+
+        PySpark calls :meth:`schema` in one Python worker, pickles this instance and hands it
+        to the workers that push filters and plan partitions: they find the schema here
+        rather than opening the table again (a metastore round trip per query).
+        """
+        cached: pa.Schema | None = self.__dict__.get("_table_schema")
+        if cached is None:
+            cached = self._table_schema = source_schema(self.options)
+        return cached
+
     def schema(self) -> StructType:
-        return spark_schema(source_schema(self.options))
+        return spark_schema(self.table_schema())
 
     def reader(self, schema: StructType) -> DataSourceReader:
         if _pushdown_requested():
-            return ArrowlakeFilteringReader(self.options, schema)
+            return ArrowlakeFilteringReader(self.options, schema,
+                                            self.__dict__.get("_table_schema"))
         return ArrowlakeReader(self.options, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> ArrowlakeWriter:

@@ -123,10 +123,11 @@ def _positive(options: Mapping[str, str], key: str) -> int | None:
     return value
 
 
-def stream_schema(options: Mapping[str, str]) -> StructType:
-    """The schema of a read: the table's columns (``columns``), and ``_row_kind`` when
-    ``includeRowKind`` is true."""
-    schema = spark_schema(source_schema(options))
+def stream_schema(options: Mapping[str, str], table_schema: pa.Schema | None = None
+                  ) -> StructType:
+    """The schema of a read: the table's columns (``columns``, or ``table_schema`` when the
+    caller has it), and ``_row_kind`` when ``includeRowKind`` is true."""
+    schema = spark_schema(table_schema if table_schema is not None else source_schema(options))
     if _flag(options, "includerowkind"):
         schema = StructType([*schema.fields, StructField(ROW_KIND_COLUMN, StringType(), False)])
     return schema
@@ -421,7 +422,7 @@ class ArrowlakeDataSource(BatchDataSource):
     """``format("arrowlake")``: batch and streaming reads and writes of arrowlake tables."""
 
     def schema(self) -> StructType:
-        return stream_schema(self.options)
+        return stream_schema(self.options, self.table_schema())
 
     def reader(self, schema: StructType) -> DataSourceReader:
         if ROW_KIND_COLUMN in schema.fieldNames():
