@@ -50,7 +50,11 @@ from arrowlake.scan.planning import fully_matching, plan_files
 from arrowlake.scan.scan import Scan
 from arrowlake.schema import field_id, find_field
 from arrowlake.table import changelog
-from arrowlake.table.compaction import compact_if_needed, compaction_options
+from arrowlake.table.compaction import (
+    CompactionOptions,
+    compact_if_needed,
+    compaction_options,
+)
 from arrowlake.table.inputs import batch_stream
 from arrowlake.table.writes import (
     WriteResult,
@@ -159,7 +163,7 @@ def validate_pk_options(schema: pa.Schema, primary_key: Sequence[str],
             props[f"fields.{column}.aggregate-function"] = str(function)
     if options.get("default_aggregation"):
         props["fields.default-aggregate-function"] = str(options["default_aggregation"])
-    props.setdefault("compaction.max-runs", "5")
+    props.setdefault("compaction.max-runs", str(CompactionOptions().max_runs))
     if "changelog_producer" in options:
         props["changelog-producer"] = changelog.check_producer(options["changelog_producer"],
                                                                primary_key)
