@@ -53,7 +53,13 @@ from arrowlake.merge import ROW_KIND, SEQUENCE, Deduplicate, FirstRow
 from arrowlake.merge.runs import KIND_COLUMN, KIND_FIELD_ID, key_json, run_schema
 from arrowlake.metastore.store import NewFile, SnapshotChange
 from arrowlake.scan.planning import TableView, file_tasks, make_splits
-from arrowlake.scan.read import bucket_groups, merge_bucket
+from arrowlake.scan.read import (
+    bucket_groups,
+    constant_column,
+    fillable,
+    merge_bucket,
+    partition_scalars,
+)
 from arrowlake.scan.split import FileTask
 from arrowlake.table import changelog
 from arrowlake.table.writes import _discard
@@ -320,6 +326,7 @@ def _commit(table: Table, plan: _Plan, picks: list[tuple[list[Run], bool]],
     if not picks and not log_files:
         return CompactionResult(None)
     merge = table._merge_spec()
+    assert merge is not None
     columns = plan.view.schema.names
     added: list[NewFile] = []
     writers: list[DataFileWriter] = []
@@ -339,8 +346,17 @@ def _commit(table: Table, plan: _Plan, picks: list[tuple[list[Run], bool]],
             # Tombstones may go once nothing older is left to hide, except with a sequence
             # field: a version written later with a smaller sequence value must stay hidden.
             keep = not picks[index][1] or plan.sequence_field
-            merged = _as_run(table, merge_bucket(split, files, columns, AlwaysTrue(),
-                                                 keep_retractions=keep))
+            # Partition columns are constant in a bucket: merged without them (as reads do),
+            # then added back from the files' partition values.
+            fill = fillable(split.partition_by, files,
+                            [c for c in merge.partition_by if c in columns]) \
+                if [k for k in merge.key if k not in merge.partition_by] else []
+            rows = merge_bucket(split, files, [c for c in columns if c not in fill],
+                                AlwaysTrue(), keep_retractions=keep)
+            for name, value in zip(fill, partition_scalars(split, files[0], fill, {}),
+                                   strict=True):
+                rows = rows.append_column(name, constant_column(value, rows.num_rows))
+            merged = _as_run(table, rows)
             if index == 0:
                 dictionary.set_result(dictionary_columns(merged))
         except BaseException as exc:
