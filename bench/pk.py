@@ -9,8 +9,8 @@ string, float64, int64 timestamp, a 4-value ``region`` column), 4 buckets; then 
 ``region`` is the table's partition column. Partition columns must be part of the primary key,
 so the key is ``(region, id)`` with ``region`` a function of ``id`` (``id % 4``): the key is
 still the id, and upserts of an existing id land in its partition. ``compaction.max-runs`` is set
-to 10 so the 5 upserts leave 6 runs per bucket (the default of 5 would compact on the 5th
-upsert and the "before compaction" read would not merge at all).
+to 10 (the default since the long run below) so the 5 upserts leave 6 runs per bucket and the
+"before compaction" read merges them; a table with ``max-runs`` 5 would compact on the 5th.
 
 Baselines in the same run: ``pq.write_table`` (zstd, as arrowlake writes) of the same rows for the
 writes; a threaded ``pyarrow.dataset`` read of one file holding exactly the live rows, written by

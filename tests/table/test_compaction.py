@@ -77,11 +77,23 @@ def test_size_ratio_decides_how_far_back_a_merge_reaches():
 
 def test_too_many_runs_force_a_merge_of_the_newest():
     sizes = [1000, 500, 200, 100, 50, 20]  # each run far bigger than the newer ones together
-    options = CompactionOptions(size_ratio=1.0)
+    options = CompactionOptions(size_ratio=1.0, max_runs=5)
     assert pick_runs(sizes, CompactionOptions(size_ratio=1.0, max_runs=10)) == 0
     # Over max-runs (5): the two newest merge, leaving five runs.
     assert pick_runs(sizes, options) == 2
     assert pick_runs(sizes, CompactionOptions(size_ratio=1.0, max_runs=3)) == 4
+
+
+def test_the_oldest_run_joins_only_for_size_amplification():
+    # The newer runs add up to the oldest one: a size ratio of 1 would take it too, but
+    # rewriting it is left until the newer runs exceed 200% of it.
+    assert pick_runs([100, 40, 30, 30], CompactionOptions(size_ratio=1.0)) == 3
+    assert pick_runs([100, 120, 50, 31], CompactionOptions(size_ratio=1.0)) == 4
+    # Over max-runs, all the newer runs merge and the oldest stays, the size of them all...
+    assert pick_runs([110] + [10] * 11, CompactionOptions(max_runs=10)) == 11
+    # ...unless only one run may be left.
+    assert pick_runs([100, 10], CompactionOptions(max_runs=1)) == 2
+    assert pick_runs([100, 10], CompactionOptions(max_runs=2)) == 0
 
 
 def test_keep_oldest_never_picks_the_oldest_run():
@@ -96,7 +108,7 @@ def test_keep_oldest_never_picks_the_oldest_run():
 
 
 def test_compaction_options_defaults_and_values():
-    assert compaction_options({}) == CompactionOptions(5, 1.5, 200, 5.0)
+    assert compaction_options({}) == CompactionOptions(10, 1.0, 200, 5.0)
     assert compaction_options({
         "compaction.max-runs": "8", "compaction.size-ratio": "2",
         "compaction.max-size-amplification-percent": "0", "compaction.write-budget": "0.5",
@@ -137,24 +149,26 @@ def test_malformed_compaction_property_writes_nothing(kind, tmp_path, request):
 
 
 @pytest.mark.parametrize("kind", METASTORES)
-def test_fifth_upsert_merges_the_small_runs_and_reports_it(kind, tmp_path, request):
+def test_tenth_upsert_merges_the_small_runs_and_reports_it(kind, tmp_path, request):
     lake = make_lake(kind, tmp_path, request)
     table = lake.create_table("c.t", SCHEMA, primary_key=["id"], buckets=1)
+    assert table.properties["compaction.max-runs"] == "10"
     table.upsert(batch(range(20_000), "base"))
     base_file = table.files()["file_id"][0].as_py()
-    results = [table.upsert(batch(range(i * 1000, i * 1000 + 2000), f"u{i}")) for i in range(5)]
-    assert [r.compaction for r in results[:4]] == [None] * 4
-    done = results[4].compaction
+    results = [table.upsert(batch(range(i * 1000, i * 1000 + 2000), f"u{i}")) for i in range(10)]
+    assert [r.compaction for r in results[:9]] == [None] * 9
+    done = results[9].compaction
     assert done is not None
-    assert done.snapshot_id == results[4].snapshot_id + 1
-    assert (done.buckets, done.removed_files, done.added_files) == (1, 5, 1)
+    assert done.snapshot_id == results[9].snapshot_id + 1
+    # The ten newer runs together are the size of the base run, which stays.
+    assert (done.buckets, done.removed_files, done.added_files) == (1, 10, 1)
     assert done.removed_bytes > done.added_bytes > 0  # overlapping keys merged away
     assert table.snapshots()["kind"].to_pylist()[-1] == "compact"
     files = table.files()
     assert files.num_rows == 2 and base_file in files["file_id"].to_pylist()
     got = names(table)
     assert len(got) == 20_000 and got[0] == "u00" and got[4500] == "u44500"
-    assert got[5999] == "u45999" and got[6000] == "base6000"
+    assert got[10_999] == "u910999" and got[11_000] == "base11000"
     lake.close()
 
 

@@ -425,7 +425,9 @@ def test_compacting_newer_runs_alone_keeps_resets(lake, engine, options):
     """A size-tiered compaction of the newer runs leaves the big oldest run alone; a reset in
     the newer runs (a retraction followed by additions) must still hide the oldest values."""
     options = dict(options)  # parametrized values are shared between the lakes
-    properties = {"compaction.max-runs": "50", **options.pop("properties", {})}
+    # A generous size ratio: the two small newer runs differ in size, but merge.
+    properties = {"compaction.max-runs": "50", "compaction.size-ratio": "2",
+                  **options.pop("properties", {})}
     table = lake.create_table(f"crm.tiered_{engine.replace('-', '_')}", SCHEMA,
                               primary_key=["id"], buckets=1, merge_engine=engine,
                               properties=properties, **options)

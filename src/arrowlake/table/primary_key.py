@@ -47,10 +47,15 @@ from arrowlake.merge.engines import unique_run_order
 from arrowlake.merge.runs import KIND_COLUMN, KIND_FIELD, key_json, row_kinds_from
 from arrowlake.metastore.store import NewFile, SnapshotChange
 from arrowlake.scan.planning import fully_matching, plan_files
+from arrowlake.scan.read import constant_column
 from arrowlake.scan.scan import Scan
 from arrowlake.schema import field_id, find_field
 from arrowlake.table import changelog
-from arrowlake.table.compaction import compact_if_needed, compaction_options
+from arrowlake.table.compaction import (
+    CompactionOptions,
+    compact_if_needed,
+    compaction_options,
+)
 from arrowlake.table.inputs import batch_stream
 from arrowlake.table.writes import (
     WriteResult,
@@ -159,7 +164,7 @@ def validate_pk_options(schema: pa.Schema, primary_key: Sequence[str],
             props[f"fields.{column}.aggregate-function"] = str(function)
     if options.get("default_aggregation"):
         props["fields.default-aggregate-function"] = str(options["default_aggregation"])
-    props.setdefault("compaction.max-runs", "5")
+    props.setdefault("compaction.max-runs", str(CompactionOptions().max_runs))
     if "changelog_producer" in options:
         props["changelog-producer"] = changelog.check_producer(options["changelog_producer"],
                                                                primary_key)
@@ -314,13 +319,19 @@ def _run_groups(rows: pa.Table, key: list[str], partition_by: list[str], buckets
         # No key repeats within a group, nothing to merge: one sort of the whole write, then
         # a take per group (what deduplicating each group would give), so that the write pool
         # encodes a group while the next one is taken.
+        # Partition columns are constant in a group: built from its value, not taken.
         sorted_codes = codes[order]
         starts = np.flatnonzero(np.concatenate(([True], sorted_codes[1:] != sorted_codes[:-1])))
         ends = np.append(starts[1:], len(order))
+        body = rows.drop_columns(partition_by)
         for lo, hi in zip(starts.tolist(), ends.tolist(), strict=True):
-            run = rows.take(pa.array(order[lo:hi]))
-            yield (tuple(run.column(name)[0] for name in partition_by),
-                   int(sorted_codes[lo] % buckets), run)
+            taken = body.take(pa.array(order[lo:hi]))
+            values = tuple(rows.column(name)[int(order[lo])] for name in partition_by)
+            constants = dict(zip(partition_by, values, strict=True))
+            run = pa.Table.from_arrays(
+                [constant_column(constants[f.name], hi - lo) if f.name in constants
+                 else taken.column(f.name) for f in rows.schema], schema=rows.schema)
+            yield values, int(sorted_codes[lo] % buckets), run
         return
     with_bucket = rows.append_column("_al_bucket", bucket)
     as_batch = pa.RecordBatch.from_arrays(
