@@ -13,9 +13,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Union
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from arrowlake.errors import DataFileError
+from arrowlake.expressions import AlwaysTrue, Expr, evaluate
 from arrowlake.merge.runs import KIND_COLUMN
 from arrowlake.scan.split import Split
 
@@ -78,8 +81,70 @@ class ChangeSplit:
         return reader.__arrow_c_stream__(requested_schema)
 
 
-#: What a change is made of: plain change splits, or net-change splits when catching up.
-AnySplit = Union[ChangeSplit, "NetChangeSplit"]
+@dataclass(frozen=True)
+class ReferencedChangeSplit:
+    """The lookup changelog (format 2) of one partition and bucket of a snapshot: its changelog
+    files, whose rows refer to the rows of ``runs`` (the runs the snapshot added there, in key
+    order) by position where the change's values are those of a new row, and the runs.
+
+    Rows come out in the changelog's order (each ``-U`` directly before its ``+U``), the
+    referenced values filled from the runs, then ``filter`` applied to the whole rows.
+    """
+
+    log: Split  # columns: ``needed`` + KIND_COLUMN + after_column, in the log schema
+    runs: Split | None  # columns: ``needed``
+    needed: tuple[str, ...]  # ``columns`` and the filter's columns
+    after_column: str
+    filter: Expr
+    include_row_kind: bool
+    columns: tuple[str, ...]
+    schema: pa.Schema  # the stream's table schema (nullability as declared)
+
+    @property
+    def row_count(self) -> int:
+        """Rows of the changelog files (one per change row, before filtering)."""
+        return self.log.row_count
+
+    def output_schema(self) -> pa.Schema:
+        schema = pa.schema([self.schema.field(c) for c in self.columns])
+        return schema.append(ROW_KIND_FIELD) if self.include_row_kind else schema
+
+    def to_arrow(self) -> pa.Table:
+        log = self.log.to_arrow()
+        values = log.select(list(self.needed))
+        after = log.column(self.after_column)
+        n = log.num_rows
+        if after.null_count < n:
+            runs = self.runs.to_arrow() if self.runs is not None else None
+            at = pc.fill_null(after, 0).to_numpy()
+            own = after.is_null().to_numpy(zero_copy_only=False)
+            if runs is None or int(at[~own].max()) >= runs.num_rows:
+                raise DataFileError(
+                    f"Changelog file(s) {[f.path for f in self.log.files]} of table "
+                    f"{self.log.table!r} refer to rows of the runs their snapshot added, but "
+                    f"those runs hold {0 if runs is None else runs.num_rows} rows: the data "
+                    "files were changed or removed; read the stream from a later snapshot")
+            index = np.where(own, np.arange(n), n + at)
+            values = pa.concat_tables([values, runs.cast(values.schema)]).take(pa.array(index))
+        kinds = log.column(KIND_COLUMN)
+        if not isinstance(self.filter, AlwaysTrue):
+            keep = evaluate(self.filter, values)
+            values, kinds = values.filter(keep), kinds.filter(keep)
+        arrays = [values.column(c) for c in self.columns]
+        if self.include_row_kind:
+            arrays.append(pc.take(_KIND_NAMES, kinds))
+        return pa.Table.from_arrays(arrays, schema=self.output_schema())
+
+    def to_batches(self) -> Iterator[pa.RecordBatch]:
+        yield from self.to_arrow().to_batches()
+
+    def __arrow_c_stream__(self, requested_schema: Any = None) -> Any:
+        return self.to_arrow().__arrow_c_stream__(requested_schema)
+
+
+#: What a change is made of: plain change splits, lookup changelogs that refer to their runs,
+#: or net-change splits when catching up.
+AnySplit = Union[ChangeSplit, ReferencedChangeSplit, "NetChangeSplit"]
 
 
 def _constant(kind: str, length: int) -> pa.Array:

@@ -63,10 +63,17 @@ from arrowlake.scan.planning import (
     group_tasks,
     plan_files,
 )
-from arrowlake.scan.split import MergeSpec, Split
+from arrowlake.scan.split import FileTask, MergeSpec, Split
 from arrowlake.schema import field_id, find_field
 from arrowlake.streaming.catchup import NetChangeSplit
-from arrowlake.streaming.change import ROW_KIND_FIELD, AnySplit, Change, ChangeSplit
+from arrowlake.streaming.change import (
+    ROW_KIND_FIELD,
+    AnySplit,
+    Change,
+    ChangeSplit,
+    ReferencedChangeSplit,
+)
+from arrowlake.table.changelog import AFTER_COLUMN, REFERENCING_SUMMARY, log_schema
 from arrowlake.table.table import register_stream_factory
 
 if TYPE_CHECKING:
@@ -529,12 +536,18 @@ class Stream:
             return None  # (a full compaction of a full-compaction table has a changelog)
         sid = snap.snapshot_id
         added, removed = self._files_changed(snap)
-        added, removed = self._prune(self._keep(added)), self._prune(self._keep(removed))
+        kept = self._keep(added)
+        added, removed = self._prune(kept), self._prune(self._keep(removed))
         view = self._view(sid)
-        splits: list[ChangeSplit] = []
+        splits: list[AnySplit] = []
         is_log = pc.equal(added.column("content"), "changelog")
         changelog, added = added.filter(is_log), added.filter(pc.invert(is_log))
-        if self._merge is not None and (changelog.num_rows or "changelog" in snap.summary):
+        if self._merge is not None and snap.summary.get(REFERENCING_SUMMARY) is not None:
+            # A lookup changelog that refers to the runs the snapshot added: those runs (not
+            # pruned: a changelog file left by the filter may refer to any of them) with it.
+            runs = kept.filter(pc.equal(kept.column("content"), "data"))
+            splits += self._referencing_splits(view, changelog, runs)
+        elif self._merge is not None and (changelog.num_rows or "changelog" in snap.summary):
             # The table's changelog producer wrote what this snapshot changed.
             splits += self._splits(view, changelog, row_kind=None, merged=False)
         elif self._merge is not None:
@@ -548,6 +561,43 @@ class Stream:
         if not splits:
             return None
         return self._change(sid, snap, sid, snap.kind, snap.committed_at, splits)
+
+    def _referencing_splits(self, view: TableView, changelog: pa.Table, runs: pa.Table
+                            ) -> list[AnySplit]:
+        """One split per partition and bucket of a format-2 lookup changelog: its changelog
+        files and the runs they refer to (in key order, the order the positions count in)."""
+        if changelog.num_rows == 0:
+            return []
+        key = self._record.primary_key
+        log_tasks, run_tasks = file_tasks(view, changelog), file_tasks(view, runs)
+        schemas = file_schemas(view, [*log_tasks, *run_tasks])
+        needed = tuple(self._columns) + tuple(
+            c for c in sorted(referenced_columns(self._expr)) if c not in self._columns)
+        log_schema_ = log_schema(view.schema, key)
+        partition_by = tuple(self._record.partition_by)
+        by_unit: dict[tuple[int | None, int | None], list[FileTask]] = {}
+        for task in run_tasks:
+            by_unit.setdefault((task.partition_id, task.bucket), []).append(task)
+        logs: dict[tuple[int | None, int | None], list[FileTask]] = {}
+        for task in log_tasks:
+            logs.setdefault((task.partition_id, task.bucket), []).append(task)
+        out: list[AnySplit] = []
+        for unit, tasks in logs.items():
+            log = Split(view.storage, tuple(tasks),
+                        {t.schema_id: log_schema(schemas[t.schema_id], key) for t in tasks},
+                        log_schema_, (*needed, KIND_COLUMN, AFTER_COLUMN),
+                        partition_by=partition_by, table=self._record.full_name)
+            unit_runs = sorted(by_unit.get(unit, ()),
+                               key=lambda t: (t.key_range is None, t.key_range or (),
+                                              t.file_id))
+            run = Split(view.storage, tuple(unit_runs),
+                        {t.schema_id: schemas[t.schema_id] for t in unit_runs}, view.schema,
+                        needed, partition_by=partition_by, table=self._record.full_name) \
+                if unit_runs else None
+            out.append(ReferencedChangeSplit(log, run, needed, AFTER_COLUMN, self._expr,
+                                             self.include_row_kind, self._columns,
+                                             view.schema))
+        return out
 
     def _append_table_splits(self, snap: _Snapshot, view: TableView, added: pa.Table,
                              removed: pa.Table) -> list[ChangeSplit]:

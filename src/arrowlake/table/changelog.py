@@ -35,7 +35,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -57,12 +57,13 @@ from arrowlake.io.writer import (
 from arrowlake.merge import ROW_KIND, Deduplicate, RowKind
 from arrowlake.merge.bucketing import bucket_of
 from arrowlake.merge.read import Bucket, MergeSpec, merge_together
-from arrowlake.merge.runs import KIND_COLUMN, KIND_FIELD
+from arrowlake.merge.runs import KIND_COLUMN, KIND_FIELD, KIND_FIELD_ID
 from arrowlake.merge.versions import is_retraction
 from arrowlake.metastore.store import NewFile, SnapshotChange
 from arrowlake.scan.planning import TableView, file_schemas, file_tasks
 from arrowlake.scan.read import read_tagged
 from arrowlake.scan.split import FileTask, Split
+from arrowlake.schema import FIELD_ID_KEY, field_id
 from arrowlake.table.writes import WriteResult, _discard, _result, commit_files
 
 if TYPE_CHECKING:
@@ -70,6 +71,28 @@ if TYPE_CHECKING:
 
 PRODUCERS = ("none", "input", "lookup", "full-compaction")
 _INDEX = "__al_row"
+
+#: Lookup changelog files since format 2 carry this column: for a row whose values are those
+#: of a row of the runs its snapshot added to the same partition and bucket (a ``+U`` or ``+I``
+#: of a key whose merged row is its newest version), that row's position among those runs' rows
+#: (the runs in key order); its non-key columns are null in the changelog file. Null where the
+#: changelog row holds its own values (``-U``, ``-D``, and every row of the other paths).
+AFTER_COLUMN = "_al_after"
+AFTER_FIELD_ID = KIND_FIELD_ID + 1
+AFTER_FIELD = pa.field(AFTER_COLUMN, pa.int32(), nullable=True,
+                       metadata={FIELD_ID_KEY: str(AFTER_FIELD_ID).encode()})
+#: The snapshot summary entry that marks a lookup changelog in format 2 (with AFTER_COLUMN);
+#: snapshots without it hold every changelog row's values (format 1, still read as such).
+REFERENCING_SUMMARY = "changelog-format"
+REFERENCING_FORMAT = 2
+
+
+def log_schema(schema: pa.Schema, key: Sequence[str]) -> pa.Schema:
+    """The schema of format-2 lookup changelog files of a table schema: its columns, non-key
+    ones nullable (null where the values are referenced), the row kind and AFTER_COLUMN."""
+    keys = set(key)
+    fields = [f if f.name in keys else f.with_nullable(True) for f in schema]
+    return pa.schema(fields, metadata=schema.metadata).append(KIND_FIELD).append(AFTER_FIELD)
 
 
 def changelog_producer(table: Table) -> str:
@@ -98,46 +121,81 @@ def _write(table: Table, rows: pa.Table) -> list[NewFile]:
 _Part = tuple[str | None, str | None, int, pa.Table]
 
 
-def _write_parts(table: Table, parts: Iterable[_Part]) -> list[NewFile]:
+def _write_parts(table: Table, parts: Iterable[_Part], *, referencing: bool = False
+                 ) -> list[NewFile]:
     """One changelog file per part, each handed to the write pool as soon as it is cut, so the
-    next part is computed while it is written."""
+    next part is computed while it is written. ``referencing``: lookup format 2 (see
+    :data:`AFTER_COLUMN`)."""
     writers: list[DataFileWriter] = []
     files: list[NewFile] = []
     try:
-        _start_parts(table, parts, writers)
+        _start_parts(table, parts, writers, referencing=referencing)
         files = close_all(writers)
     except BaseException:
         for writer in writers:
             writer.abort()
         _discard(table, files)
         raise
-    return files
+    return _key_stats_only(table, files) if referencing else files
 
 
-def _start_parts(table: Table, parts: Iterable[_Part], writers: list[DataFileWriter]) -> None:
+def _start_parts(table: Table, parts: Iterable[_Part], writers: list[DataFileWriter], *,
+                 referencing: bool = False, dictionary: Sequence[str] | None = None) -> None:
     """Hand each part to the write pool as a changelog file, its writer appended to ``writers``
-    (the caller closes them, or aborts them on an error)."""
+    (the caller closes them, or aborts them on an error). ``referencing``: in lookup format 2,
+    the parts' AFTER_COLUMN (null where a part has none). ``dictionary``: the columns to
+    dictionary-encode when already chosen (the write's runs hold the same columns' values),
+    else chosen from the first part."""
     rec = table._record
-    schema = table.schema.append(KIND_FIELD)
+    schema = log_schema(table.schema, rec.primary_key) if referencing \
+        else table.schema.append(KIND_FIELD)
     target = FileTarget(storage=table._storage, location=rec.location, schema=schema,
                         schema_id=rec.current_schema_id,
                         options=WriteOptions.from_properties(rec.properties))
-    dictionary: list[str] | None = None
+    dictionary = list(dictionary) if dictionary is not None else None
     for ppath, pvalues, bucket, rows in parts:
         if rows.num_rows == 0:
             continue
         rows = rows.rename_columns([KIND_COLUMN if c == ROW_KIND else c
                                     for c in rows.column_names])
+        if referencing and AFTER_COLUMN not in rows.column_names:
+            rows = rows.append_column(AFTER_FIELD, pa.nulls(rows.num_rows, pa.int32()))
         out = pa.Table.from_arrays(rows.select(schema.names).columns, schema=schema)
         if dictionary is None:
-            # One choice of encodings for all the files of the write.
-            dictionary = dictionary_columns(out)
+            # One choice of encodings for all the files of the write. In format 2, made on the
+            # rows with their own values: keys repeat only because a +U follows its -U, and
+            # the null values of referenced rows would look like repeats too.
+            dictionary = dictionary_columns(_own_rows(out)) if referencing \
+                else dictionary_columns(out)
         directory = "/".join(p for p in ("changelog", ppath, f"bucket-{bucket}") if p)
         writer = DataFileWriter(target, directory, partition_path=ppath,
                                 partition_values=pvalues, bucket=bucket,
                                 dictionary=dictionary)
         writers.append(writer)
         writer.write_all(out)
+
+
+def _own_rows(rows: pa.Table) -> pa.Table:
+    """A sample of the format-2 changelog rows that hold their own values, without the
+    position column (all null there)."""
+    sample = rows.slice(0, 65_536)  # dictionary_columns samples the first 16,384 of these
+    return sample.filter(sample.column(AFTER_COLUMN).is_null()).drop_columns([AFTER_COLUMN])
+
+
+def _key_stats_only(table: Table, files: Sequence[NewFile]) -> list[NewFile]:
+    """Format-2 changelog files with the statistics of their key columns only: the other
+    columns' hold only the rows with their own values, so they could not prune the rows
+    referenced from the runs."""
+    schema = table.schema
+    keep = {str(field_id(schema.field(k))) for k in table._record.primary_key}
+    keep.add(str(KIND_FIELD_ID))
+    out = []
+    for f in files:
+        stats = json.loads(f.stats)
+        out.append(replace(f, stats=json.dumps(
+            {k: v for k, v in stats.items() if k in keep or not k.isdigit()},
+            separators=(",", ":"))))
+    return out
 
 
 def _new_tasks(table: Table, runs: Sequence[NewFile], seq: int) -> list[FileTask]:
@@ -289,9 +347,10 @@ def finish_with_lookup(table: Table, base: int | None, writers: Sequence[DataFil
     changelog: list[NewFile] = []
     try:
         runs = decoded_runs(table, written)
-        _start_parts(table, lookup_written(table, base, runs), logs)
+        _start_parts(table, lookup_written(table, base, runs), logs, referencing=True,
+                     dictionary=writers[0].dictionary if writers else None)
         files = close_all(writers)
-        changelog = close_all(logs)
+        changelog = _key_stats_only(table, close_all(logs))
     except BaseException:
         for writer in [*writers, *logs]:
             writer.abort()
@@ -549,7 +608,8 @@ def _lookup(table: Table, view: TableView, base: int | None, new: Sequence[tuple
         # Buckets computed on the write pool (numpy and Arrow release the GIL), each handed to
         # the caller, which writes it, as soon as it is ready.
         pool = shared_executor()
-        pending = [(place[unit], pool.submit(_newest_wins_changes, names, rows, olds[unit]))
+        pending = [(place[unit], pool.submit(_newest_wins_changes, names, key, rows,
+                                                 olds[unit]))
                    for unit, rows in new_rows.items()]
         return _as_ready(pending)
     before = {unit: [(seq, _touched_rows(run, first, touched[unit])) for seq, run in runs_]
@@ -577,16 +637,20 @@ def _as_ready(pending: Sequence[tuple[tuple[str | None, str | None, int], Future
             future.cancel()
 
 
-def _newest_wins_changes(names: Sequence[str], new: _Run, old: Sequence[tuple[int, _Run]]
-                         ) -> pa.Table:
+def _newest_wins_changes(names: Sequence[str], key: Sequence[str], new: _Run,
+                         old: Sequence[tuple[int, _Run]]) -> pa.Table:
     """The changes of one bucket's new run over its committed runs when a key's merged row is
     its newest version (:func:`_plain_newest_wins`): the before-image of each new key is its
     version in the newest committed run holding it, found by binary search, newest run first;
-    the after-image is the new row itself. No merge, no join: one take cuts the output."""
+    the after-image is the new row itself, so the changelog refers to it by its position in
+    the run (:data:`AFTER_COLUMN`) instead of copying it. No merge, no join: takes of the
+    before-images and of the key cut the output."""
     keys = new.keys
     assert keys is not None
     n = len(keys)
     columns = list(names)
+    key_set = set(key)
+    values_of = [c for c in columns if c not in key_set]  # what before-images need
     after = new.rows.select(columns)
     added = ~is_retraction(new.rows.column(KIND_COLUMN).to_numpy())  # a row after the write
     # Newest first; among equal sequence numbers the later one, as a merge orders them.
@@ -618,37 +682,49 @@ def _newest_wins_changes(names: Sequence[str], new: _Run, old: Sequence[tuple[in
         live = ~is_retraction(run.rows.column(KIND_COLUMN).to_numpy()[at])
         if not live.all():
             mine, at = mine[live], at[live]
-        pieces.append(run.rows.select(columns).take(pa.array(at)))
+        pieces.append(run.rows.select(values_of).take(pa.array(at)))
         index.append(mine)
     if pieces:
         before = pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0]
         had = np.concatenate(index)
-        if len(pieces) > 1:
-            by_key = np.argsort(had, kind="stable")  # a few sorted runs: merged in O(n)
-            before, had = before.take(pa.array(by_key)), had[by_key]
     else:
-        before, had = after.slice(0, 0), np.zeros(0, np.int64)
+        before, had = after.select(values_of).slice(0, 0), np.zeros(0, np.int64)
+    # Before-images stay where they were taken; key order (a few sorted runs: merged in O(n))
+    # goes into the output's one take below.
+    by_key = np.argsort(had, kind="stable") if len(pieces) > 1 else np.arange(len(had))
     # Per before-image: the key's row after the write (a tombstone's values where deleted).
-    paired = after.take(pa.array(had))
     stays = added[had]
-    changed = stays & ~_same(before, paired)
-    gone = ~stays
+    changed = stays & ~_same(before, after.select(values_of).take(pa.array(had)))
     inserted = added.copy()
     inserted[had] = False
-    # One take of [before-images, their after rows, new rows]: -U/+U pairs, -D, +I.
-    m = len(had)
-    updated = np.flatnonzero(changed)
-    take = np.empty(2 * len(updated), dtype=np.int64)
-    take[0::2] = updated
-    take[1::2] = updated + m
-    take = np.concatenate([take, np.flatnonzero(gone), 2 * m + np.flatnonzero(inserted)])
-    kinds = np.empty(len(take), dtype=np.int8)
-    kinds[0:2 * len(updated):2] = int(RowKind.UPDATE_BEFORE)
-    kinds[1:2 * len(updated):2] = int(RowKind.UPDATE_AFTER)
-    kinds[2 * len(updated):len(take) - int(inserted.sum())] = int(RowKind.DELETE)
-    kinds[len(take) - int(inserted.sum()):] = int(RowKind.INSERT)
-    source = pa.concat_tables([before, paired, after])
-    return source.take(pa.array(take)).append_column(ROW_KIND, pa.array(kinds))
+    # Output rows: -U/+U pairs, -D, +I, in key order. A -U or -D row holds its before-image's
+    # values; a +U or +I row is the new run's row, referred to by its position (AFTER_COLUMN),
+    # with only its key stored. Every output row's key is its new row's key.
+    updated = by_key[changed[by_key]]  # before-image rows, in key order
+    gone = by_key[~stays[by_key]]
+    new_rows = np.flatnonzero(inserted)
+    u, g = len(updated), len(gone)
+    total = 2 * u + g + len(new_rows)
+    own = np.zeros(total, dtype=np.int64)  # the before-image row of -U and -D rows
+    referenced = np.ones(total, dtype=bool)
+    row = np.empty(total, dtype=np.int64)  # the new row of every output row
+    own[0:2 * u:2] = updated
+    own[2 * u:2 * u + g] = gone
+    referenced[0:2 * u:2] = False
+    referenced[2 * u:2 * u + g] = False
+    row[0:2 * u:2] = row[1:2 * u:2] = had[updated]
+    row[2 * u:2 * u + g] = had[gone]
+    row[2 * u + g:] = new_rows
+    kinds = np.empty(total, dtype=np.int8)
+    kinds[0:2 * u:2] = int(RowKind.UPDATE_BEFORE)
+    kinds[1:2 * u:2] = int(RowKind.UPDATE_AFTER)
+    kinds[2 * u:2 * u + g] = int(RowKind.DELETE)
+    kinds[2 * u + g:] = int(RowKind.INSERT)
+    key_values = after.select(list(key)).take(pa.array(row))
+    own_values = before.take(pa.array(own, mask=referenced)) if values_of else key_values
+    arrays = [(key_values if c in key_set else own_values).column(c) for c in columns]
+    arrays += [pa.array(kinds), pa.array(row.astype(np.int32), mask=~referenced)]
+    return pa.Table.from_arrays(arrays, names=[*columns, ROW_KIND, AFTER_COLUMN])
 
 
 def _bucketed(table: Table, rows: pa.Table) -> Iterator[_Part]:
@@ -760,7 +836,8 @@ def commit_runs(table: Table, kind: str, base: int | None, runs: list[NewFile],
             elif attempt == 0 and lookup_changelog is not None:
                 changelog = lookup_changelog
             else:
-                changelog = _write_parts(table, lookup_parts(table, looked_up_at, runs))
+                changelog = _write_parts(table, lookup_parts(table, looked_up_at, runs),
+                                         referencing=True)
         except BaseException:
             _discard(table, runs)  # the changelog's own files are deleted already
             raise
@@ -781,6 +858,8 @@ def commit_runs(table: Table, kind: str, base: int | None, runs: list[NewFile],
         # Streams read only the changelog of a snapshot that says it has one (possibly empty:
         # a lookup that found no value changed), never its runs.
         noted = {**(summary or {}), "changelog": producer}
+        if producer == "lookup":
+            noted[REFERENCING_SUMMARY] = REFERENCING_FORMAT
         change = SnapshotChange(kind=kind, schema_id=table._record.current_schema_id,
                                 add=runs, commit_id=commit_id, summary=noted,
                                 on_rebase=stale, changelog=changelog)
