@@ -19,7 +19,9 @@ import pyarrow.compute as pc
 
 from arrowlake.errors import DataFileError
 from arrowlake.expressions import AlwaysTrue, Expr, evaluate
+from arrowlake.merge import RowKind
 from arrowlake.merge.runs import KIND_COLUMN
+from arrowlake.merge.versions import is_retraction
 from arrowlake.scan.split import Split
 
 if TYPE_CHECKING:
@@ -83,18 +85,20 @@ class ChangeSplit:
 
 @dataclass(frozen=True)
 class ReferencedChangeSplit:
-    """The lookup changelog (format 2) of one partition and bucket of a snapshot: its changelog
-    files, whose rows refer to the rows of ``runs`` (the runs the snapshot added there, in key
-    order) by position where the change's values are those of a new row, and the runs.
+    """The lookup changelog in format 2 of one partition and bucket of a snapshot (see
+    ``arrowlake.table.changelog.AFTER_COLUMN``): its changelog files, if any, and the runs the
+    snapshot added there, whose rows the changelog refers to by position instead of copying.
 
-    Rows come out in the changelog's order (each ``-U`` directly before its ``+U``), the
-    referenced values filled from the runs, then ``filter`` applied to the whole rows.
+    Rows come out as the changelog lists them, each ``-U`` directly followed by its ``+U``
+    (the run row it refers to), markers of unchanged rows dropped, then every other addition of
+    the runs as ``+I``; ``filter`` is applied to the whole rows.
     """
 
-    log: Split  # columns: ``needed`` + KIND_COLUMN + after_column, in the log schema
-    runs: Split | None  # columns: ``needed``
+    log: Split | None  # columns: ``needed`` + KIND_COLUMN + ``after_column``, the log schema
+    runs: Split  # columns: ``needed`` + KIND_COLUMN, the runs in key order
     needed: tuple[str, ...]  # ``columns`` and the filter's columns
     after_column: str
+    unchanged: int  # the row-kind code of a marker of a new row that changed nothing
     filter: Expr
     include_row_kind: bool
     columns: tuple[str, ...]
@@ -102,37 +106,60 @@ class ReferencedChangeSplit:
 
     @property
     def row_count(self) -> int:
-        """Rows of the changelog files (one per change row, before filtering)."""
-        return self.log.row_count
+        """Rows of the changelog and run files (an upper bound of the rows it yields)."""
+        return self.runs.row_count + (self.log.row_count if self.log is not None else 0)
 
     def output_schema(self) -> pa.Schema:
         schema = pa.schema([self.schema.field(c) for c in self.columns])
         return schema.append(ROW_KIND_FIELD) if self.include_row_kind else schema
 
     def to_arrow(self) -> pa.Table:
-        log = self.log.to_arrow()
-        values = log.select(list(self.needed))
-        after = log.column(self.after_column)
-        n = log.num_rows
-        if after.null_count < n:
-            runs = self.runs.to_arrow() if self.runs is not None else None
-            at = pc.fill_null(after, 0).to_numpy()
-            own = after.is_null().to_numpy(zero_copy_only=False)
-            if runs is None or int(at[~own].max()) >= runs.num_rows:
+        runs = self.runs.to_arrow()
+        r = runs.num_rows
+        run_values = runs.select(list(self.needed))
+        referred = np.zeros(r, dtype=bool)
+        if self.log is not None:
+            log = self.log.to_arrow()
+            n = log.num_rows
+            codes = log.column(KIND_COLUMN).to_numpy()
+            at = log.column(self.after_column)
+            refers = at.is_valid().to_numpy(zero_copy_only=False)
+            at = pc.fill_null(at, 0).to_numpy().astype(np.int64)
+            if refers.any() and int(at[refers].max()) >= r:
                 raise DataFileError(
                     f"Changelog file(s) {[f.path for f in self.log.files]} of table "
                     f"{self.log.table!r} refer to rows of the runs their snapshot added, but "
-                    f"those runs hold {0 if runs is None else runs.num_rows} rows: the data "
-                    "files were changed or removed; read the stream from a later snapshot")
-            index = np.where(own, np.arange(n), n + at)
-            values = pa.concat_tables([values, runs.cast(values.schema)]).take(pa.array(index))
-        kinds = log.column(KIND_COLUMN)
+                    f"those runs hold {r} rows: a data file was changed or removed; read the "
+                    "stream from a later snapshot")
+            referred[at[refers]] = True
+            # Each changelog row but a marker yields itself; a -U referring to a run row is
+            # followed by that row as +U.
+            shown = codes != self.unchanged
+            pair = shown & refers & (codes == int(RowKind.UPDATE_BEFORE))
+            counts = shown.astype(np.int64) + pair
+            starts = np.cumsum(counts) - counts
+            index = np.empty(int(counts.sum()), dtype=np.int64)
+            kinds = np.empty(len(index), dtype=np.int8)
+            index[starts[shown]] = np.flatnonzero(shown)
+            kinds[starts[shown]] = codes[shown]
+            index[starts[pair] + 1] = n + at[pair]
+            kinds[starts[pair] + 1] = int(RowKind.UPDATE_AFTER)
+            values = pa.concat_tables([log.select(list(self.needed)),
+                                       run_values.cast(log.select(list(self.needed)).schema)])
+        else:
+            n, index, kinds = 0, np.zeros(0, np.int64), np.zeros(0, np.int8)
+            values = run_values
+        inserted = np.flatnonzero(~referred & ~is_retraction(
+            runs.column(KIND_COLUMN).to_numpy()))
+        index = np.concatenate([index, n + inserted])
+        kinds = np.concatenate([kinds, np.full(len(inserted), int(RowKind.INSERT), np.int8)])
+        out = values.take(pa.array(index))
         if not isinstance(self.filter, AlwaysTrue):
-            keep = evaluate(self.filter, values)
-            values, kinds = values.filter(keep), kinds.filter(keep)
-        arrays = [values.column(c) for c in self.columns]
+            keep = pc.fill_null(evaluate(self.filter, out), False)
+            out, kinds = out.filter(keep), kinds[keep.to_numpy(zero_copy_only=False)]
+        arrays = [out.column(c) for c in self.columns]
         if self.include_row_kind:
-            arrays.append(pc.take(_KIND_NAMES, kinds))
+            arrays.append(pc.take(_KIND_NAMES, pa.array(kinds)))
         return pa.Table.from_arrays(arrays, schema=self.output_schema())
 
     def to_batches(self) -> Iterator[pa.RecordBatch]:

@@ -72,24 +72,29 @@ if TYPE_CHECKING:
 PRODUCERS = ("none", "input", "lookup", "full-compaction")
 _INDEX = "__al_row"
 
-#: Lookup changelog files since format 2 carry this column: for a row whose values are those
-#: of a row of the runs its snapshot added to the same partition and bucket (a ``+U`` or ``+I``
-#: of a key whose merged row is its newest version), that row's position among those runs' rows
-#: (the runs in key order); its non-key columns are null in the changelog file. Null where the
-#: changelog row holds its own values (``-U``, ``-D``, and every row of the other paths).
+#: Lookup changelogs in format 2 (written when a key's merged row is its newest version:
+#: ``deduplicate`` without a sequence field or ``ignore-delete``, a one-column integer-like key)
+#: copy no row that the runs of their snapshot hold. Per partition and bucket, a changelog file
+#: (possibly none) holds, in key order, the ``-U`` rows, each with AFTER_COLUMN: the position,
+#: among the rows of the runs the snapshot added there (the runs in key order), of its new row,
+#: read right after it as ``+U``; the ``-D`` rows (AFTER_COLUMN null); and, with the row kind
+#: UNCHANGED and null values, the positions of new rows that changed nothing. Every other
+#: addition of those runs (a row that is not a retraction) is read after them as ``+I``, in
+#: run order. Snapshots whose summary lacks REFERENCING_SUMMARY hold every row's values
+#: (format 1, still read as such; the other lookup paths write it too).
 AFTER_COLUMN = "_al_after"
+UNCHANGED = -1
 AFTER_FIELD_ID = KIND_FIELD_ID + 1
 AFTER_FIELD = pa.field(AFTER_COLUMN, pa.int32(), nullable=True,
                        metadata={FIELD_ID_KEY: str(AFTER_FIELD_ID).encode()})
-#: The snapshot summary entry that marks a lookup changelog in format 2 (with AFTER_COLUMN);
-#: snapshots without it hold every changelog row's values (format 1, still read as such).
+#: The snapshot summary entry that marks a lookup changelog in format 2.
 REFERENCING_SUMMARY = "changelog-format"
 REFERENCING_FORMAT = 2
 
 
 def log_schema(schema: pa.Schema, key: Sequence[str]) -> pa.Schema:
     """The schema of format-2 lookup changelog files of a table schema: its columns, non-key
-    ones nullable (null where the values are referenced), the row kind and AFTER_COLUMN."""
+    ones nullable (null in UNCHANGED rows), the row kind and AFTER_COLUMN."""
     keys = set(key)
     fields = [f if f.name in keys else f.with_nullable(True) for f in schema]
     return pa.schema(fields, metadata=schema.metadata).append(KIND_FIELD).append(AFTER_FIELD)
@@ -136,14 +141,14 @@ def _write_parts(table: Table, parts: Iterable[_Part], *, referencing: bool = Fa
             writer.abort()
         _discard(table, files)
         raise
-    return _key_stats_only(table, files) if referencing else files
+    return files
 
 
 def _start_parts(table: Table, parts: Iterable[_Part], writers: list[DataFileWriter], *,
                  referencing: bool = False, dictionary: Sequence[str] | None = None) -> None:
     """Hand each part to the write pool as a changelog file, its writer appended to ``writers``
     (the caller closes them, or aborts them on an error). ``referencing``: in lookup format 2,
-    the parts' AFTER_COLUMN (null where a part has none). ``dictionary``: the columns to
+    with AFTER_COLUMN. ``dictionary``: the columns to
     dictionary-encode when already chosen (the write's runs hold the same columns' values),
     else chosen from the first part."""
     rec = table._record
@@ -158,13 +163,10 @@ def _start_parts(table: Table, parts: Iterable[_Part], writers: list[DataFileWri
             continue
         rows = rows.rename_columns([KIND_COLUMN if c == ROW_KIND else c
                                     for c in rows.column_names])
-        if referencing and AFTER_COLUMN not in rows.column_names:
-            rows = rows.append_column(AFTER_FIELD, pa.nulls(rows.num_rows, pa.int32()))
         out = pa.Table.from_arrays(rows.select(schema.names).columns, schema=schema)
         if dictionary is None:
             # One choice of encodings for all the files of the write. In format 2, made on the
-            # rows with their own values: keys repeat only because a +U follows its -U, and
-            # the null values of referenced rows would look like repeats too.
+            # rows with values (the null values of markers would look like repeats).
             dictionary = dictionary_columns(_own_rows(out)) if referencing \
                 else dictionary_columns(out)
         directory = "/".join(p for p in ("changelog", ppath, f"bucket-{bucket}") if p)
@@ -176,10 +178,11 @@ def _start_parts(table: Table, parts: Iterable[_Part], writers: list[DataFileWri
 
 
 def _own_rows(rows: pa.Table) -> pa.Table:
-    """A sample of the format-2 changelog rows that hold their own values, without the
-    position column (all null there)."""
+    """A sample of the format-2 changelog rows that hold values (not UNCHANGED markers),
+    without the position column."""
     sample = rows.slice(0, 65_536)  # dictionary_columns samples the first 16,384 of these
-    return sample.filter(sample.column(AFTER_COLUMN).is_null()).drop_columns([AFTER_COLUMN])
+    return sample.filter(pc.not_equal(sample.column(KIND_COLUMN), UNCHANGED)).drop_columns(
+        [AFTER_COLUMN])
 
 
 def _key_stats_only(table: Table, files: Sequence[NewFile]) -> list[NewFile]:
@@ -335,9 +338,51 @@ def _keep(table: Table, runs: Sequence[tuple[DataFileWriter, _Run]]) -> None:
         _RUNS.put((path, rec.current_schema_id), run, limit)
 
 
+class _Tally:
+    """How many rows a format-2 changelog yields, counted as its parts are taken: its -U
+    (each with a +U), -D, and the runs' additions not referred to (+I)."""
+
+    def __init__(self, additions: int) -> None:
+        self.additions = additions
+        self.shown = 0
+        self.referenced = 0
+
+    def counted(self, parts: Iterable[_Part]) -> Iterator[_Part]:
+        for part in parts:
+            codes = part[3].column(ROW_KIND).to_numpy()
+            updates = int((codes == int(RowKind.UPDATE_BEFORE)).sum())
+            self.shown += 2 * updates + int((codes == int(RowKind.DELETE)).sum())
+            self.referenced += updates + int((codes == UNCHANGED).sum())
+            yield part
+
+    @property
+    def rows(self) -> int:
+        return self.shown + self.additions - self.referenced
+
+
+def _settled(table: Table, files: list[NewFile], tally: _Tally | None
+             ) -> tuple[list[NewFile], bool]:
+    """The changelog files to commit and whether they are in format 2: a changelog of no rows
+    is committed as one without files (format 1), which streams skip at planning."""
+    if tally is None:
+        return files, False
+    if tally.rows == 0:
+        _discard(table, files)  # markers of unchanged rows only
+        return [], False
+    return _key_stats_only(table, files), True
+
+
+@dataclass(frozen=True)
+class LookupChangelog:
+    """The written changelog files of a lookup, and whether they are in format 2."""
+
+    files: list[NewFile]
+    referencing: bool
+
+
 def finish_with_lookup(table: Table, base: int | None, writers: Sequence[DataFileWriter],
                        written: Sequence[tuple[DataFileWriter, pa.Table]]
-                       ) -> tuple[list[NewFile], list[NewFile]]:
+                       ) -> tuple[list[NewFile], LookupChangelog]:
     """Finish the data ``writers`` (their runs ``written`` already on the write pool) while the
     lookup changelog of those runs on snapshot ``base`` is computed and handed to the pool: the
     lookup needs the runs' rows, not their files. Returns the runs' files and the changelog
@@ -347,17 +392,19 @@ def finish_with_lookup(table: Table, base: int | None, writers: Sequence[DataFil
     changelog: list[NewFile] = []
     try:
         runs = decoded_runs(table, written)
-        _start_parts(table, lookup_written(table, base, runs), logs, referencing=True,
+        parts, tally = lookup_written(table, base, runs)
+        _start_parts(table, parts, logs, referencing=tally is not None,
                      dictionary=writers[0].dictionary if writers else None)
         files = close_all(writers)
-        changelog = _key_stats_only(table, close_all(logs))
+        changelog = close_all(logs)
+        changelog, referencing = _settled(table, changelog, tally)
     except BaseException:
         for writer in [*writers, *logs]:
             writer.abort()
         _discard(table, [*files, *changelog])
         raise
     _keep(table, runs)
-    return files, changelog
+    return files, LookupChangelog(changelog, referencing)
 
 
 def _read_versions(view: TableView, tasks: Sequence[FileTask], expr: Expr
@@ -510,9 +557,10 @@ def _plain_newest_wins(spec: MergeSpec) -> bool:
 
 
 def lookup_parts(table: Table, base: int | None, runs: Sequence[NewFile]
-                 ) -> Iterable[_Part]:
+                 ) -> tuple[Iterable[_Part], _Tally | None]:
     """The exact changes that committing ``runs`` on top of snapshot ``base`` makes, per
-    partition and bucket (table columns + ``_row_kind`` codes), see the module docs.
+    partition and bucket (table columns + ``_row_kind`` codes), see the module docs, and in
+    format 2 (see :data:`AFTER_COLUMN`) the tally of the rows they yield.
 
     Only the touched keys' versions are read and merged: the new runs whole, and from the
     committed runs of their buckets the rows whose key one of them writes (files and row groups
@@ -534,7 +582,7 @@ def lookup_parts(table: Table, base: int | None, runs: Sequence[NewFile]
 
 
 def lookup_written(table: Table, base: int | None, written: Sequence[tuple[DataFileWriter, _Run]]
-                   ) -> Iterable[_Part]:
+                   ) -> tuple[Iterable[_Part], _Tally | None]:
     """:func:`lookup_parts` of runs still being written: ``written`` pairs each run's writer
     (its place) with the run's rows, so nothing waits for their files."""
     rec = table._record
@@ -554,9 +602,11 @@ def lookup_written(table: Table, base: int | None, written: Sequence[tuple[DataF
 
 
 def _lookup(table: Table, view: TableView, base: int | None, new: Sequence[tuple[_Unit, _Run]],
-            place: Mapping[_Unit, tuple[str | None, str | None, int]]) -> Iterable[_Part]:
+            place: Mapping[_Unit, tuple[str | None, str | None, int]]
+            ) -> tuple[Iterable[_Part], _Tally | None]:
     """The changes of the new runs ``new`` (their unit and rows, ordered after every run of
-    snapshot ``base``), per unit at ``place``."""
+    snapshot ``base``), per unit at ``place``; in format 2 (see :data:`AFTER_COLUMN`) with
+    the tally of the rows they yield (counted as the parts are taken)."""
     rec = table._record
     key = list(rec.primary_key)
     spec = table._merge_spec()
@@ -611,7 +661,9 @@ def _lookup(table: Table, view: TableView, base: int | None, new: Sequence[tuple
         pending = [(place[unit], pool.submit(_newest_wins_changes, names, key, rows,
                                                  olds[unit]))
                    for unit, rows in new_rows.items()]
-        return _as_ready(pending)
+        tally = _Tally(sum(int((~is_retraction(r.rows.column(KIND_COLUMN).to_numpy())).sum())
+                           for r in new_rows.values()))
+        return tally.counted(_as_ready(pending)), tally
     before = {unit: [(seq, _touched_rows(run, first, touched[unit])) for seq, run in runs_]
               for unit, runs_ in olds.items()}
     after = {unit: [*parts] for unit, parts in before.items()}
@@ -622,7 +674,7 @@ def _lookup(table: Table, view: TableView, base: int | None, new: Sequence[tuple
     empty = view.schema.empty_table()
     changes = diff(empty if merged_before is None else merged_before.select(names),
                    empty if merged_after is None else merged_after.select(names), key)
-    return list(_bucketed(table, changes)) if changes.num_rows else []
+    return (list(_bucketed(table, changes)) if changes.num_rows else []), None
 
 
 def _as_ready(pending: Sequence[tuple[tuple[str | None, str | None, int], Future[pa.Table]]]
@@ -695,35 +747,31 @@ def _newest_wins_changes(names: Sequence[str], key: Sequence[str], new: _Run,
     # Per before-image: the key's row after the write (a tombstone's values where deleted).
     stays = added[had]
     changed = stays & ~_same(before, after.select(values_of).take(pa.array(had)))
-    inserted = added.copy()
-    inserted[had] = False
-    # Output rows: -U/+U pairs, -D, +I, in key order. A -U or -D row holds its before-image's
-    # values; a +U or +I row is the new run's row, referred to by its position (AFTER_COLUMN),
-    # with only its key stored. Every output row's key is its new row's key.
+    # The changelog rows (format 2, see AFTER_COLUMN), in key order: -U rows (each followed,
+    # when read, by the new row at its AFTER_COLUMN as +U), -D rows, and a marker for each new
+    # row that changed nothing; every other addition of the run is read as +I after them.
+    same = stays & ~changed
     updated = by_key[changed[by_key]]  # before-image rows, in key order
     gone = by_key[~stays[by_key]]
-    new_rows = np.flatnonzero(inserted)
+    unchanged = by_key[same[by_key]]
     u, g = len(updated), len(gone)
-    total = 2 * u + g + len(new_rows)
-    own = np.zeros(total, dtype=np.int64)  # the before-image row of -U and -D rows
-    referenced = np.ones(total, dtype=bool)
-    row = np.empty(total, dtype=np.int64)  # the new row of every output row
-    own[0:2 * u:2] = updated
-    own[2 * u:2 * u + g] = gone
-    referenced[0:2 * u:2] = False
-    referenced[2 * u:2 * u + g] = False
-    row[0:2 * u:2] = row[1:2 * u:2] = had[updated]
-    row[2 * u:2 * u + g] = had[gone]
-    row[2 * u + g:] = new_rows
-    kinds = np.empty(total, dtype=np.int8)
-    kinds[0:2 * u:2] = int(RowKind.UPDATE_BEFORE)
-    kinds[1:2 * u:2] = int(RowKind.UPDATE_AFTER)
-    kinds[2 * u:2 * u + g] = int(RowKind.DELETE)
-    kinds[2 * u + g:] = int(RowKind.INSERT)
+    own = np.concatenate([updated, gone, np.zeros(len(unchanged), dtype=np.int64)])
+    row = had[np.concatenate([updated, gone, unchanged])]  # the new row of each changelog row
+    kinds = np.empty(len(own), dtype=np.int8)
+    kinds[:u] = int(RowKind.UPDATE_BEFORE)
+    kinds[u:u + g] = int(RowKind.DELETE)
+    kinds[u + g:] = UNCHANGED
+    refers = np.ones(len(own), dtype=bool)
+    refers[u:u + g] = False
     key_values = after.select(list(key)).take(pa.array(row))
-    own_values = before.take(pa.array(own, mask=referenced)) if values_of else key_values
+    if not values_of:
+        own_values = key_values
+    elif len(unchanged):
+        own_values = before.take(pa.array(own, mask=kinds == UNCHANGED))
+    else:
+        own_values = before.take(pa.array(own))
     arrays = [(key_values if c in key_set else own_values).column(c) for c in columns]
-    arrays += [pa.array(kinds), pa.array(row.astype(np.int32), mask=~referenced)]
+    arrays += [pa.array(kinds), pa.array(row.astype(np.int32), mask=~refers)]
     return pa.Table.from_arrays(arrays, names=[*columns, ROW_KIND, AFTER_COLUMN])
 
 
@@ -813,7 +861,7 @@ def commit_runs(table: Table, kind: str, base: int | None, runs: list[NewFile],
                 rows: pa.Table, *, commit_id: str | None = None,
                 summary: dict[str, Any] | None = None,
                 on_rebase: Callable[[pa.Table], None] | None = None,
-                lookup_changelog: list[NewFile] | None = None) -> WriteResult:
+                lookup_changelog: LookupChangelog | None = None) -> WriteResult:
     """Commit written runs with the changelog the table's producer asks for. ``on_rebase`` is
     the write's own conflict check; its CommitConflict reaches the caller unchanged.
     ``lookup_changelog``: a ``lookup`` table's changelog of ``runs`` on ``base``, already
@@ -831,13 +879,15 @@ def commit_runs(table: Table, kind: str, base: int | None, runs: list[NewFile],
     looked_up_at = base  # the snapshot the lookup read; the commit stays based on ``base``
     for attempt in range(10):
         try:
+            referencing = False
             if producer == "input":
                 changelog = _write(table, rows) if rows.num_rows else []
             elif attempt == 0 and lookup_changelog is not None:
-                changelog = lookup_changelog
+                changelog, referencing = lookup_changelog.files, lookup_changelog.referencing
             else:
-                changelog = _write_parts(table, lookup_parts(table, looked_up_at, runs),
-                                         referencing=True)
+                parts, tally = lookup_parts(table, looked_up_at, runs)
+                changelog, referencing = _settled(
+                    table, _write_parts(table, parts, referencing=tally is not None), tally)
         except BaseException:
             _discard(table, runs)  # the changelog's own files are deleted already
             raise
@@ -858,7 +908,7 @@ def commit_runs(table: Table, kind: str, base: int | None, runs: list[NewFile],
         # Streams read only the changelog of a snapshot that says it has one (possibly empty:
         # a lookup that found no value changed), never its runs.
         noted = {**(summary or {}), "changelog": producer}
-        if producer == "lookup":
+        if referencing:
             noted[REFERENCING_SUMMARY] = REFERENCING_FORMAT
         change = SnapshotChange(kind=kind, schema_id=table._record.current_schema_id,
                                 add=runs, commit_id=commit_id, summary=noted,
