@@ -474,7 +474,7 @@ def test_lookup_format_2_with_filter_columns_and_shards(sqlite_lake):
     t.upsert({"k": [1, 3, 5], "v": ["x", "x", "x"]})  # some unchanged
     whole = changes(t)
     assert [kind for kind, _ in whole] == ["upsert", "upsert", "delete", "upsert"]
-    for kind, rows in whole:  # each -U directly before its +U, of the same key
+    for _, rows in whole:  # each -U directly before its +U, of the same key
         for i, row in enumerate(rows):
             if row[2] == "-U":
                 assert rows[i + 1][0] == row[0] and rows[i + 1][2] == "+U"

@@ -15,10 +15,11 @@ decides what change streams read for a snapshot of a primary-key table:
   changed, ``-D`` with the deleted row's values, nothing where no value changed. Both merges use
   the table's merge engine, so every engine is exact (partial-update and aggregation emit the
   merged row). Where a key's merged row is its newest version, the changelog copies no row
-  that the write's runs hold (format 2, see :data:`AFTER_COLUMN`). The lookup starts while the write's runs are still being encoded (it needs their
-  rows, not their files: :func:`finish_with_lookup`), and an error deletes the runs and the
-  changelog files alike. When another commit touching the same buckets lands first, the
-  changelog is computed again on top of it before the commit (the runs are kept).
+  that the write's runs hold (format 2, see :data:`AFTER_COLUMN`). The lookup starts while
+  the write's runs are still being encoded (it needs their rows, not their files:
+  :func:`finish_with_lookup`), and an error deletes the runs and the changelog files alike.
+  When another commit touching the same buckets lands first, the changelog is computed again
+  on top of it before the commit (the runs are kept).
 
 - ``full-compaction``: writes yield nothing; ``compact(full=True)`` commits the difference
   between the merged table at the previous full compaction and now (``+I``, ``-U``/``+U``,
