@@ -140,10 +140,11 @@ def test_changelog_files_are_not_data_and_expire_with_their_snapshot(sqlite_lake
     assert t.count() == 2
     assert sorted(t.to_arrow().column("v").to_pylist()) == ["b", "c"]
     stored = set(t._metastore.all_file_paths(t._record.table_id))
-    assert sum(p.startswith("changelog/") for p in stored) == 3
+    # Inserts are read from the runs (format 2): only the update wrote a changelog file.
+    assert sum(p.startswith("changelog/") for p in stored) == 1
     t.compact(full=True)
     result = t.expire_snapshots(retain_last=1)
-    assert sum("/changelog/" in p for p in result.deleted_files) == 3
+    assert sum("/changelog/" in p for p in result.deleted_files) == 1
     with pytest.raises(ValidationError, match="changelog_producer"):
         sqlite_lake.create_table("s.bad", SCHEMA, primary_key=["k"], changelog_producer="x")
     with pytest.raises(ValidationError, match="primary"):
@@ -425,3 +426,64 @@ def test_a_failing_lookup_leaves_the_table_and_its_files_as_they_were(sqlite_lak
     t.upsert({"k": [1, 4], "v": ["x", "d"]})
     assert by_key(changes(t))[-1][1] == [(1, "a", "-U"), (1, "x", "+U"), (4, "d", "+I")]
     assert sorted(t.to_arrow().column("v").to_pylist()) == ["b", "c", "d", "x"]
+
+
+# -- lookup changelog formats ------------------------------------------------------------------
+
+
+def test_lookup_changelogs_of_format_1_still_read(sqlite_lake):
+    """Snapshots written before format 2 (every changelog row holding its values, no summary
+    entry) read as they did, next to format-2 snapshots of the same table."""
+    from arrowlake.merge import RowKind
+    from arrowlake.metastore.store import SnapshotChange
+    from arrowlake.table import changelog, primary_key
+
+    t = sqlite_lake.create_table("s.old", SCHEMA, primary_key=["k"], buckets=2,
+                                 changelog_producer="lookup")
+    t.upsert({"k": [1, 2, 3], "v": ["a", "b", "c"]})  # format 2
+    before = t.to_arrow()
+    # A writer of format 1: runs, and the whole difference as the changelog.
+    new = pa.table({"k": pa.array([2, 3, 4], pa.int64()), "v": ["B", "c", "d"]},
+                   schema=before.schema)
+    rows = primary_key.with_kinds(new, RowKind.INSERT)
+    runs = primary_key.write_runs(t, rows)
+    after = pa.concat_tables([before.filter(pa.compute.equal(before.column("k"), 1)), new])
+    log = changelog._write(t, changelog.diff(before, after, ["k"]))
+    t._metastore.commit(t._record.table_id, t.current_snapshot_id, SnapshotChange(
+        kind="upsert", schema_id=t._record.current_schema_id, add=runs,
+        summary={"changelog": "lookup"}, changelog=log))
+    t.refresh()
+    t.upsert({"k": [4, 5], "v": ["D", "e"]})  # format 2 again
+    summaries = t.snapshots().column("summary").to_pylist()
+    assert ["changelog-format" in s for s in summaries] == [True, False, True]
+    assert by_key(changes(t)) == [
+        ("upsert", [(1, "a", "+I"), (2, "b", "+I"), (3, "c", "+I")]),
+        ("upsert", [(2, "b", "-U"), (2, "B", "+U"), (4, "d", "+I")]),
+        ("upsert", [(4, "d", "-U"), (4, "D", "+U"), (5, "e", "+I")]),
+    ]
+
+
+def test_lookup_format_2_with_filter_columns_and_shards(sqlite_lake):
+    """A filter on a non-key column sees the values read from the runs, a column projection
+    keeps the order, and shards split every change by bucket."""
+    t = sqlite_lake.create_table("s.f2", SCHEMA, primary_key=["k"], buckets=4,
+                                 changelog_producer="lookup")
+    t.upsert({"k": list(range(20)), "v": ["x" if k % 3 else "y" for k in range(20)]})
+    t.upsert({"k": list(range(0, 30, 2)), "v": ["y" if k % 4 else "x" for k in range(0, 30, 2)]})
+    t.delete("k >= 25")
+    t.upsert({"k": [1, 3, 5], "v": ["x", "x", "x"]})  # some unchanged
+    whole = changes(t)
+    assert [kind for kind, _ in whole] == ["upsert", "upsert", "delete", "upsert"]
+    for _, rows in whole:  # each -U directly before its +U, of the same key
+        for i, row in enumerate(rows):
+            if row[2] == "-U":
+                assert rows[i + 1][0] == row[0] and rows[i + 1][2] == "+U"
+    filtered = changes(t, filter="v = 'y'", columns=["v", "k"])
+    assert filtered == [(kind, [(r[1], r[0], r[2]) for r in rows if r[1] == "y"])
+                        for kind, rows in whole if any(r[1] == "y" for r in rows)]
+    keyed = changes(t, filter="k < 10")
+    assert keyed == [(kind, [r for r in rows if r[0] < 10]) for kind, rows in whole
+                     if any(r[0] < 10 for r in rows)]
+    shards = [changes(t, shard=(i, 2)) for i in range(2)]
+    assert sorted(r for _, rows in whole for r in rows) == sorted(
+        r for shard in shards for _, rows in shard for r in rows)

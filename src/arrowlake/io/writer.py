@@ -165,6 +165,11 @@ class DataFileWriter:
         self.written: list[str] = []  # absolute paths, for cleanup
         self.files: list[NewFile] = []
 
+    @property
+    def dictionary(self) -> list[str] | None:
+        """The columns this writer dictionary-encodes (None until chosen)."""
+        return self._dictionary_columns
+
     def write(self, batch: pa.RecordBatch) -> None:
         if batch.num_rows == 0:
             return

@@ -63,10 +63,17 @@ from arrowlake.scan.planning import (
     group_tasks,
     plan_files,
 )
-from arrowlake.scan.split import MergeSpec, Split
+from arrowlake.scan.split import FileTask, MergeSpec, Split
 from arrowlake.schema import field_id, find_field
 from arrowlake.streaming.catchup import NetChangeSplit
-from arrowlake.streaming.change import ROW_KIND_FIELD, AnySplit, Change, ChangeSplit
+from arrowlake.streaming.change import (
+    ROW_KIND_FIELD,
+    AnySplit,
+    Change,
+    ChangeSplit,
+    ReferencedChangeSplit,
+)
+from arrowlake.table.changelog import AFTER_COLUMN, REFERENCING_SUMMARY, UNCHANGED, log_schema
 from arrowlake.table.table import register_stream_factory
 
 if TYPE_CHECKING:
@@ -513,7 +520,7 @@ class Stream:
         ]
 
     def _change(self, first: int, snap: _Snapshot | None, snapshot_id: int, kind: str,
-                committed_at: int, splits: list[ChangeSplit]) -> Change:
+                committed_at: int, splits: Sequence[AnySplit]) -> Change:
         when = datetime.fromtimestamp(committed_at / 1000, UTC)
         return Change(snapshot_id, kind, when, tuple(splits), self.schema, first)
 
@@ -529,12 +536,19 @@ class Stream:
             return None  # (a full compaction of a full-compaction table has a changelog)
         sid = snap.snapshot_id
         added, removed = self._files_changed(snap)
-        added, removed = self._prune(self._keep(added)), self._prune(self._keep(removed))
+        kept = self._keep(added)
+        added, removed = self._prune(kept), self._prune(self._keep(removed))
         view = self._view(sid)
-        splits: list[ChangeSplit] = []
+        splits: list[AnySplit] = []
         is_log = pc.equal(added.column("content"), "changelog")
         changelog, added = added.filter(is_log), added.filter(pc.invert(is_log))
-        if self._merge is not None and (changelog.num_rows or "changelog" in snap.summary):
+        if self._merge is not None and snap.summary.get(REFERENCING_SUMMARY) is not None:
+            # A lookup changelog that refers to the runs the snapshot added: read by bucket,
+            # with all of its changelog files (pruned by the runs' key ranges).
+            is_run = pc.equal(kept.column("content"), "data")
+            splits += self._referencing_splits(view, kept.filter(pc.invert(is_run)),
+                                               kept.filter(is_run))
+        elif self._merge is not None and (changelog.num_rows or "changelog" in snap.summary):
             # The table's changelog producer wrote what this snapshot changed.
             splits += self._splits(view, changelog, row_kind=None, merged=False)
         elif self._merge is not None:
@@ -548,6 +562,45 @@ class Stream:
         if not splits:
             return None
         return self._change(sid, snap, sid, snap.kind, snap.committed_at, splits)
+
+    def _referencing_splits(self, view: TableView, changelog: pa.Table, runs: pa.Table
+                            ) -> list[AnySplit]:
+        """One split per partition and bucket of a format-2 lookup changelog: the runs the
+        snapshot added there (in key order, the order positions count in) and the changelog
+        files there, if any. A key filter prunes whole buckets by their runs' key ranges: every
+        row of a bucket's change carries the key of one of its runs' rows."""
+        runs = self._prune(runs)
+        if runs.num_rows == 0:
+            return []
+        key = self._record.primary_key
+        log_tasks, run_tasks = file_tasks(view, changelog), file_tasks(view, runs)
+        schemas = file_schemas(view, [*log_tasks, *run_tasks])
+        needed = tuple(self._columns) + tuple(
+            c for c in sorted(referenced_columns(self._expr)) if c not in self._columns)
+        partition_by = tuple(self._record.partition_by)
+        table = self._record.full_name
+        logs: dict[tuple[int | None, int | None], list[FileTask]] = {}
+        for task in log_tasks:
+            logs.setdefault((task.partition_id, task.bucket), []).append(task)
+        by_unit: dict[tuple[int | None, int | None], list[FileTask]] = {}
+        for task in run_tasks:
+            by_unit.setdefault((task.partition_id, task.bucket), []).append(task)
+        out: list[AnySplit] = []
+        for unit, tasks in by_unit.items():
+            tasks.sort(key=lambda t: (t.key_range is None, t.key_range or (), t.file_id))
+            run = Split(view.storage, tuple(tasks),
+                        {t.schema_id: schemas[t.schema_id].append(KIND_FIELD) for t in tasks},
+                        view.schema.append(KIND_FIELD), (*needed, KIND_COLUMN),
+                        partition_by=partition_by, table=table)
+            found = logs.get(unit)
+            log = Split(view.storage, tuple(found),
+                        {t.schema_id: log_schema(schemas[t.schema_id], key) for t in found},
+                        log_schema(view.schema, key), (*needed, KIND_COLUMN, AFTER_COLUMN),
+                        partition_by=partition_by, table=table) if found else None
+            out.append(ReferencedChangeSplit(log, run, needed, AFTER_COLUMN, UNCHANGED,
+                                             self._expr, self.include_row_kind,
+                                             self._columns, view.schema))
+        return out
 
     def _append_table_splits(self, snap: _Snapshot, view: TableView, added: pa.Table,
                              removed: pa.Table) -> list[ChangeSplit]:

@@ -14,10 +14,12 @@ decides what change streams read for a snapshot of a primary-key table:
   key, vectorized: ``+I`` new key, ``-U`` old / ``+U`` new row where any value
   changed, ``-D`` with the deleted row's values, nothing where no value changed. Both merges use
   the table's merge engine, so every engine is exact (partial-update and aggregation emit the
-  merged row). The lookup starts while the write's runs are still being encoded (it needs their
-  rows, not their files: :func:`finish_with_lookup`), and an error deletes the runs and the
-  changelog files alike. When another commit touching the same buckets lands first, the
-  changelog is computed again on top of it before the commit (the runs are kept).
+  merged row). Where a key's merged row is its newest version, the changelog copies no row
+  that the write's runs hold (format 2, see :data:`AFTER_COLUMN`). The lookup starts while
+  the write's runs are still being encoded (it needs their rows, not their files:
+  :func:`finish_with_lookup`), and an error deletes the runs and the changelog files alike.
+  When another commit touching the same buckets lands first, the changelog is computed again
+  on top of it before the commit (the runs are kept).
 
 - ``full-compaction``: writes yield nothing; ``compact(full=True)`` commits the difference
   between the merged table at the previous full compaction and now (``+I``, ``-U``/``+U``,
@@ -35,7 +37,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -57,12 +59,13 @@ from arrowlake.io.writer import (
 from arrowlake.merge import ROW_KIND, Deduplicate, RowKind
 from arrowlake.merge.bucketing import bucket_of
 from arrowlake.merge.read import Bucket, MergeSpec, merge_together
-from arrowlake.merge.runs import KIND_COLUMN, KIND_FIELD
+from arrowlake.merge.runs import KIND_COLUMN, KIND_FIELD, KIND_FIELD_ID
 from arrowlake.merge.versions import is_retraction
 from arrowlake.metastore.store import NewFile, SnapshotChange
 from arrowlake.scan.planning import TableView, file_schemas, file_tasks
 from arrowlake.scan.read import read_tagged
 from arrowlake.scan.split import FileTask, Split
+from arrowlake.schema import FIELD_ID_KEY, field_id
 from arrowlake.table.writes import WriteResult, _discard, _result, commit_files
 
 if TYPE_CHECKING:
@@ -70,6 +73,33 @@ if TYPE_CHECKING:
 
 PRODUCERS = ("none", "input", "lookup", "full-compaction")
 _INDEX = "__al_row"
+
+#: Lookup changelogs in format 2 (written when a key's merged row is its newest version:
+#: ``deduplicate`` without a sequence field or ``ignore-delete``, a one-column integer-like key)
+#: copy no row that the runs of their snapshot hold. Per partition and bucket, a changelog file
+#: (possibly none) holds, in key order, the ``-U`` rows, each with AFTER_COLUMN: the position,
+#: among the rows of the runs the snapshot added there (the runs in key order), of its new row,
+#: read right after it as ``+U``; the ``-D`` rows (AFTER_COLUMN null); and, with the row kind
+#: UNCHANGED and null values, the positions of new rows that changed nothing. Every other
+#: addition of those runs (a row that is not a retraction) is read after them as ``+I``, in
+#: run order. Snapshots whose summary lacks REFERENCING_SUMMARY hold every row's values
+#: (format 1, still read as such; the other lookup paths write it too).
+AFTER_COLUMN = "_al_after"
+UNCHANGED = -1
+AFTER_FIELD_ID = KIND_FIELD_ID + 1
+AFTER_FIELD = pa.field(AFTER_COLUMN, pa.int32(), nullable=True,
+                       metadata={FIELD_ID_KEY: str(AFTER_FIELD_ID).encode()})
+#: The snapshot summary entry that marks a lookup changelog in format 2.
+REFERENCING_SUMMARY = "changelog-format"
+REFERENCING_FORMAT = 2
+
+
+def log_schema(schema: pa.Schema, key: Sequence[str]) -> pa.Schema:
+    """The schema of format-2 lookup changelog files of a table schema: its columns, non-key
+    ones nullable (null in UNCHANGED rows), the row kind and AFTER_COLUMN."""
+    keys = set(key)
+    fields = [f if f.name in keys else f.with_nullable(True) for f in schema]
+    return pa.schema(fields, metadata=schema.metadata).append(KIND_FIELD).append(AFTER_FIELD)
 
 
 def changelog_producer(table: Table) -> str:
@@ -98,13 +128,15 @@ def _write(table: Table, rows: pa.Table) -> list[NewFile]:
 _Part = tuple[str | None, str | None, int, pa.Table]
 
 
-def _write_parts(table: Table, parts: Iterable[_Part]) -> list[NewFile]:
+def _write_parts(table: Table, parts: Iterable[_Part], *, referencing: bool = False
+                 ) -> list[NewFile]:
     """One changelog file per part, each handed to the write pool as soon as it is cut, so the
-    next part is computed while it is written."""
+    next part is computed while it is written. ``referencing``: lookup format 2 (see
+    :data:`AFTER_COLUMN`)."""
     writers: list[DataFileWriter] = []
     files: list[NewFile] = []
     try:
-        _start_parts(table, parts, writers)
+        _start_parts(table, parts, writers, referencing=referencing)
         files = close_all(writers)
     except BaseException:
         for writer in writers:
@@ -114,15 +146,20 @@ def _write_parts(table: Table, parts: Iterable[_Part]) -> list[NewFile]:
     return files
 
 
-def _start_parts(table: Table, parts: Iterable[_Part], writers: list[DataFileWriter]) -> None:
+def _start_parts(table: Table, parts: Iterable[_Part], writers: list[DataFileWriter], *,
+                 referencing: bool = False, dictionary: Sequence[str] | None = None) -> None:
     """Hand each part to the write pool as a changelog file, its writer appended to ``writers``
-    (the caller closes them, or aborts them on an error)."""
+    (the caller closes them, or aborts them on an error). ``referencing``: in lookup format 2,
+    with AFTER_COLUMN. ``dictionary``: the columns to
+    dictionary-encode when already chosen (the write's runs hold the same columns' values),
+    else chosen from the first part."""
     rec = table._record
-    schema = table.schema.append(KIND_FIELD)
+    schema = log_schema(table.schema, rec.primary_key) if referencing \
+        else table.schema.append(KIND_FIELD)
     target = FileTarget(storage=table._storage, location=rec.location, schema=schema,
                         schema_id=rec.current_schema_id,
                         options=WriteOptions.from_properties(rec.properties))
-    dictionary: list[str] | None = None
+    dictionary = list(dictionary) if dictionary is not None else None
     for ppath, pvalues, bucket, rows in parts:
         if rows.num_rows == 0:
             continue
@@ -130,14 +167,40 @@ def _start_parts(table: Table, parts: Iterable[_Part], writers: list[DataFileWri
                                     for c in rows.column_names])
         out = pa.Table.from_arrays(rows.select(schema.names).columns, schema=schema)
         if dictionary is None:
-            # One choice of encodings for all the files of the write.
-            dictionary = dictionary_columns(out)
+            # One choice of encodings for all the files of the write. In format 2, made on the
+            # rows with values (the null values of markers would look like repeats).
+            dictionary = dictionary_columns(_own_rows(out)) if referencing \
+                else dictionary_columns(out)
         directory = "/".join(p for p in ("changelog", ppath, f"bucket-{bucket}") if p)
         writer = DataFileWriter(target, directory, partition_path=ppath,
                                 partition_values=pvalues, bucket=bucket,
                                 dictionary=dictionary)
         writers.append(writer)
         writer.write_all(out)
+
+
+def _own_rows(rows: pa.Table) -> pa.Table:
+    """A sample of the format-2 changelog rows that hold values (not UNCHANGED markers),
+    without the position column."""
+    sample = rows.slice(0, 65_536)  # dictionary_columns samples the first 16,384 of these
+    return sample.filter(pc.not_equal(sample.column(KIND_COLUMN), UNCHANGED)).drop_columns(
+        [AFTER_COLUMN])
+
+
+def _key_stats_only(table: Table, files: Sequence[NewFile]) -> list[NewFile]:
+    """Format-2 changelog files with the statistics of their key columns only: the other
+    columns' hold only the rows with their own values, so they could not prune the rows
+    referenced from the runs."""
+    schema = table.schema
+    keep = {str(field_id(schema.field(k))) for k in table._record.primary_key}
+    keep.add(str(KIND_FIELD_ID))
+    out = []
+    for f in files:
+        stats = json.loads(f.stats)
+        out.append(replace(f, stats=json.dumps(
+            {k: v for k, v in stats.items() if k in keep or not k.isdigit()},
+            separators=(",", ":"))))
+    return out
 
 
 def _new_tasks(table: Table, runs: Sequence[NewFile], seq: int) -> list[FileTask]:
@@ -280,9 +343,51 @@ def _keep(table: Table, runs: Sequence[tuple[DataFileWriter, _Run]]) -> None:
         _RUNS.put((path, rec.current_schema_id), run, limit)
 
 
+class _Tally:
+    """How many rows a format-2 changelog yields, counted as its parts are taken: its -U
+    (each with a +U), -D, and the runs' additions not referred to (+I)."""
+
+    def __init__(self, additions: int) -> None:
+        self.additions = additions
+        self.shown = 0
+        self.referenced = 0
+
+    def counted(self, parts: Iterable[_Part]) -> Iterator[_Part]:
+        for part in parts:
+            codes = part[3].column(ROW_KIND).to_numpy()
+            updates = int((codes == int(RowKind.UPDATE_BEFORE)).sum())
+            self.shown += 2 * updates + int((codes == int(RowKind.DELETE)).sum())
+            self.referenced += updates + int((codes == UNCHANGED).sum())
+            yield part
+
+    @property
+    def rows(self) -> int:
+        return self.shown + self.additions - self.referenced
+
+
+def _settled(table: Table, files: list[NewFile], tally: _Tally | None
+             ) -> tuple[list[NewFile], bool]:
+    """The changelog files to commit and whether they are in format 2: a changelog of no rows
+    is committed as one without files (format 1), which streams skip at planning."""
+    if tally is None:
+        return files, False
+    if tally.rows == 0:
+        _discard(table, files)  # markers of unchanged rows only
+        return [], False
+    return _key_stats_only(table, files), True
+
+
+@dataclass(frozen=True)
+class LookupChangelog:
+    """The written changelog files of a lookup, and whether they are in format 2."""
+
+    files: list[NewFile]
+    referencing: bool
+
+
 def finish_with_lookup(table: Table, base: int | None, writers: Sequence[DataFileWriter],
                        written: Sequence[tuple[DataFileWriter, pa.Table]]
-                       ) -> tuple[list[NewFile], list[NewFile]]:
+                       ) -> tuple[list[NewFile], LookupChangelog]:
     """Finish the data ``writers`` (their runs ``written`` already on the write pool) while the
     lookup changelog of those runs on snapshot ``base`` is computed and handed to the pool: the
     lookup needs the runs' rows, not their files. Returns the runs' files and the changelog
@@ -292,16 +397,19 @@ def finish_with_lookup(table: Table, base: int | None, writers: Sequence[DataFil
     changelog: list[NewFile] = []
     try:
         runs = decoded_runs(table, written)
-        _start_parts(table, lookup_written(table, base, runs), logs)
+        parts, tally = lookup_written(table, base, runs)
+        _start_parts(table, parts, logs, referencing=tally is not None,
+                     dictionary=writers[0].dictionary if writers else None)
         files = close_all(writers)
         changelog = close_all(logs)
+        changelog, referencing = _settled(table, changelog, tally)
     except BaseException:
         for writer in [*writers, *logs]:
             writer.abort()
         _discard(table, [*files, *changelog])
         raise
     _keep(table, runs)
-    return files, changelog
+    return files, LookupChangelog(changelog, referencing)
 
 
 def _read_versions(view: TableView, tasks: Sequence[FileTask], expr: Expr
@@ -454,9 +562,10 @@ def _plain_newest_wins(spec: MergeSpec) -> bool:
 
 
 def lookup_parts(table: Table, base: int | None, runs: Sequence[NewFile]
-                 ) -> Iterable[_Part]:
+                 ) -> tuple[Iterable[_Part], _Tally | None]:
     """The exact changes that committing ``runs`` on top of snapshot ``base`` makes, per
-    partition and bucket (table columns + ``_row_kind`` codes), see the module docs.
+    partition and bucket (table columns + ``_row_kind`` codes), see the module docs, and in
+    format 2 (see :data:`AFTER_COLUMN`) the tally of the rows they yield.
 
     Only the touched keys' versions are read and merged: the new runs whole, and from the
     committed runs of their buckets the rows whose key one of them writes (files and row groups
@@ -478,7 +587,7 @@ def lookup_parts(table: Table, base: int | None, runs: Sequence[NewFile]
 
 
 def lookup_written(table: Table, base: int | None, written: Sequence[tuple[DataFileWriter, _Run]]
-                   ) -> Iterable[_Part]:
+                   ) -> tuple[Iterable[_Part], _Tally | None]:
     """:func:`lookup_parts` of runs still being written: ``written`` pairs each run's writer
     (its place) with the run's rows, so nothing waits for their files."""
     rec = table._record
@@ -501,9 +610,11 @@ def lookup_written(table: Table, base: int | None, written: Sequence[tuple[DataF
 
 
 def _lookup(table: Table, view: TableView, base: int | None, new: Sequence[tuple[_Unit, _Run]],
-            place: Mapping[_Unit, tuple[str | None, str | None, int]]) -> Iterable[_Part]:
+            place: Mapping[_Unit, tuple[str | None, str | None, int]]
+            ) -> tuple[Iterable[_Part], _Tally | None]:
     """The changes of the new runs ``new`` (their unit and rows, ordered after every run of
-    snapshot ``base``), per unit at ``place``."""
+    snapshot ``base``), per unit at ``place``; in format 2 (see :data:`AFTER_COLUMN`) with
+    the tally of the rows they yield (counted as the parts are taken)."""
     rec = table._record
     key = list(rec.primary_key)
     spec = table._merge_spec()
@@ -555,9 +666,12 @@ def _lookup(table: Table, view: TableView, base: int | None, new: Sequence[tuple
         # Buckets computed on the write pool (numpy and Arrow release the GIL), each handed to
         # the caller, which writes it, as soon as it is ready.
         pool = shared_executor()
-        pending = [(place[unit], pool.submit(_newest_wins_changes, names, rows, olds[unit]))
+        pending = [(place[unit], pool.submit(_newest_wins_changes, names, key, rows,
+                                                 olds[unit]))
                    for unit, rows in new_rows.items()]
-        return _as_ready(pending)
+        tally = _Tally(sum(int((~is_retraction(r.rows.column(KIND_COLUMN).to_numpy())).sum())
+                           for r in new_rows.values()))
+        return tally.counted(_as_ready(pending)), tally
     before = {unit: [(seq, _touched_rows(run, first, touched[unit])) for seq, run in runs_]
               for unit, runs_ in olds.items()}
     after = {unit: [*parts] for unit, parts in before.items()}
@@ -568,7 +682,7 @@ def _lookup(table: Table, view: TableView, base: int | None, new: Sequence[tuple
     empty = view.schema.empty_table()
     changes = diff(empty if merged_before is None else merged_before.select(names),
                    empty if merged_after is None else merged_after.select(names), key)
-    return list(_bucketed(table, changes)) if changes.num_rows else []
+    return (list(_bucketed(table, changes)) if changes.num_rows else []), None
 
 
 def _as_ready(pending: Sequence[tuple[tuple[str | None, str | None, int], Future[pa.Table]]]
@@ -583,16 +697,20 @@ def _as_ready(pending: Sequence[tuple[tuple[str | None, str | None, int], Future
             future.cancel()
 
 
-def _newest_wins_changes(names: Sequence[str], new: _Run, old: Sequence[tuple[int, _Run]]
-                         ) -> pa.Table:
+def _newest_wins_changes(names: Sequence[str], key: Sequence[str], new: _Run,
+                         old: Sequence[tuple[int, _Run]]) -> pa.Table:
     """The changes of one bucket's new run over its committed runs when a key's merged row is
     its newest version (:func:`_plain_newest_wins`): the before-image of each new key is its
     version in the newest committed run holding it, found by binary search, newest run first;
-    the after-image is the new row itself. No merge, no join: one take cuts the output."""
+    the after-image is the new row itself, so the changelog refers to it by its position in
+    the run (:data:`AFTER_COLUMN`) instead of copying it. No merge, no join: takes of the
+    before-images and of the key cut the output."""
     keys = new.keys
     assert keys is not None
     n = len(keys)
     columns = list(names)
+    key_set = set(key)
+    values_of = [c for c in columns if c not in key_set]  # what before-images need
     after = new.rows.select(columns)
     added = ~is_retraction(new.rows.column(KIND_COLUMN).to_numpy())  # a row after the write
     # Newest first; among equal sequence numbers the later one, as a merge orders them.
@@ -624,37 +742,45 @@ def _newest_wins_changes(names: Sequence[str], new: _Run, old: Sequence[tuple[in
         live = ~is_retraction(run.rows.column(KIND_COLUMN).to_numpy()[at])
         if not live.all():
             mine, at = mine[live], at[live]
-        pieces.append(run.rows.select(columns).take(pa.array(at)))
+        pieces.append(run.rows.select(values_of).take(pa.array(at)))
         index.append(mine)
     if pieces:
         before = pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0]
         had = np.concatenate(index)
-        if len(pieces) > 1:
-            by_key = np.argsort(had, kind="stable")  # a few sorted runs: merged in O(n)
-            before, had = before.take(pa.array(by_key)), had[by_key]
     else:
-        before, had = after.slice(0, 0), np.zeros(0, np.int64)
+        before, had = after.select(values_of).slice(0, 0), np.zeros(0, np.int64)
+    # Before-images stay where they were taken; key order (a few sorted runs: merged in O(n))
+    # goes into the output's one take below.
+    by_key = np.argsort(had, kind="stable") if len(pieces) > 1 else np.arange(len(had))
     # Per before-image: the key's row after the write (a tombstone's values where deleted).
-    paired = after.take(pa.array(had))
     stays = added[had]
-    changed = stays & ~_same(before, paired)
-    gone = ~stays
-    inserted = added.copy()
-    inserted[had] = False
-    # One take of [before-images, their after rows, new rows]: -U/+U pairs, -D, +I.
-    m = len(had)
-    updated = np.flatnonzero(changed)
-    take = np.empty(2 * len(updated), dtype=np.int64)
-    take[0::2] = updated
-    take[1::2] = updated + m
-    take = np.concatenate([take, np.flatnonzero(gone), 2 * m + np.flatnonzero(inserted)])
-    kinds = np.empty(len(take), dtype=np.int8)
-    kinds[0:2 * len(updated):2] = int(RowKind.UPDATE_BEFORE)
-    kinds[1:2 * len(updated):2] = int(RowKind.UPDATE_AFTER)
-    kinds[2 * len(updated):len(take) - int(inserted.sum())] = int(RowKind.DELETE)
-    kinds[len(take) - int(inserted.sum()):] = int(RowKind.INSERT)
-    source = pa.concat_tables([before, paired, after])
-    return source.take(pa.array(take)).append_column(ROW_KIND, pa.array(kinds))
+    changed = stays & ~_same(before, after.select(values_of).take(pa.array(had)))
+    # The changelog rows (format 2, see AFTER_COLUMN), in key order: -U rows (each followed,
+    # when read, by the new row at its AFTER_COLUMN as +U), -D rows, and a marker for each new
+    # row that changed nothing; every other addition of the run is read as +I after them.
+    same = stays & ~changed
+    updated = by_key[changed[by_key]]  # before-image rows, in key order
+    gone = by_key[~stays[by_key]]
+    unchanged = by_key[same[by_key]]
+    u, g = len(updated), len(gone)
+    own = np.concatenate([updated, gone, np.zeros(len(unchanged), dtype=np.int64)])
+    row = had[np.concatenate([updated, gone, unchanged])]  # the new row of each changelog row
+    kinds = np.empty(len(own), dtype=np.int8)
+    kinds[:u] = int(RowKind.UPDATE_BEFORE)
+    kinds[u:u + g] = int(RowKind.DELETE)
+    kinds[u + g:] = UNCHANGED
+    refers = np.ones(len(own), dtype=bool)
+    refers[u:u + g] = False
+    key_values = after.select(list(key)).take(pa.array(row))
+    if not values_of:
+        own_values = key_values
+    elif len(unchanged):
+        own_values = before.take(pa.array(own, mask=kinds == UNCHANGED))
+    else:
+        own_values = before.take(pa.array(own))
+    arrays = [(key_values if c in key_set else own_values).column(c) for c in columns]
+    arrays += [pa.array(kinds), pa.array(row.astype(np.int32), mask=~refers)]
+    return pa.Table.from_arrays(arrays, names=[*columns, ROW_KIND, AFTER_COLUMN])
 
 
 def _bucketed(table: Table, rows: pa.Table) -> Iterator[_Part]:
@@ -743,7 +869,7 @@ def commit_runs(table: Table, kind: str, base: int | None, runs: list[NewFile],
                 rows: pa.Table, *, commit_id: str | None = None,
                 summary: dict[str, Any] | None = None,
                 on_rebase: Callable[[pa.Table], None] | None = None,
-                lookup_changelog: list[NewFile] | None = None) -> WriteResult:
+                lookup_changelog: LookupChangelog | None = None) -> WriteResult:
     """Commit written runs with the changelog the table's producer asks for. ``on_rebase`` is
     the write's own conflict check; its CommitConflict reaches the caller unchanged.
     ``lookup_changelog``: a ``lookup`` table's changelog of ``runs`` on ``base``, already
@@ -761,12 +887,15 @@ def commit_runs(table: Table, kind: str, base: int | None, runs: list[NewFile],
     looked_up_at = base  # the snapshot the lookup read; the commit stays based on ``base``
     for attempt in range(10):
         try:
+            referencing = False
             if producer == "input":
                 changelog = _write(table, rows) if rows.num_rows else []
             elif attempt == 0 and lookup_changelog is not None:
-                changelog = lookup_changelog
+                changelog, referencing = lookup_changelog.files, lookup_changelog.referencing
             else:
-                changelog = _write_parts(table, lookup_parts(table, looked_up_at, runs))
+                parts, tally = lookup_parts(table, looked_up_at, runs)
+                changelog, referencing = _settled(
+                    table, _write_parts(table, parts, referencing=tally is not None), tally)
         except BaseException:
             _discard(table, runs)  # the changelog's own files are deleted already
             raise
@@ -787,6 +916,8 @@ def commit_runs(table: Table, kind: str, base: int | None, runs: list[NewFile],
         # Streams read only the changelog of a snapshot that says it has one (possibly empty:
         # a lookup that found no value changed), never its runs.
         noted = {**(summary or {}), "changelog": producer}
+        if referencing:
+            noted[REFERENCING_SUMMARY] = REFERENCING_FORMAT
         change = SnapshotChange(kind=kind, schema_id=table._record.current_schema_id,
                                 add=runs, commit_id=commit_id, summary=noted,
                                 on_rebase=stale, changelog=changelog)

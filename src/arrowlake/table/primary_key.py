@@ -431,7 +431,7 @@ def commit_rows(table: Table, rows: pa.Table, kind: str, *, commit_id: str | Non
     if rows.num_rows == 0:
         return WriteResult(None, kind)
     check_sequence_values(table, rows)
-    logged: list[NewFile] | None = None
+    logged: changelog.LookupChangelog | None = None
     if changelog.changelog_producer(table) == "lookup":
         # The lookup reads the new runs' rows, not their files: it runs while they are written.
         writers: list[DataFileWriter] = []
