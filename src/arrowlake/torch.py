@@ -20,6 +20,7 @@ reproducible only when torch's RNG is seeded too); with several ranks, whose Dat
 different base seeds, only ``set_epoch`` reshuffles between epochs. Without ``seed``, one is
 drawn when the dataset is made (several ranks must pass the same ``seed``).
 
+Each reader opens its next split on a thread while it hands out the current one's batches.
 Rows are shuffled within each reader's share with a buffer of ``shuffle_buffer`` rows (0: rows
 keep the order of their split). Iterated in-process, tensors share Arrow's memory where Arrow
 allows it (numeric columns without nulls, in one chunk); do not modify them in place. In
@@ -39,6 +40,7 @@ import multiprocessing
 import os
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -416,12 +418,60 @@ def _shared_or_not(table: pa.Table) -> dict[str, Any]:
     return tensors if tensors is not None else to_tensors(_one_batch(table))
 
 
+def _opened(split: SplitLike) -> tuple[pa.RecordBatch | None, Iterator[pa.RecordBatch]]:
+    """The split's first batch (None if it has none) and the iterator of the rest."""
+    batches = iter(split.to_batches())
+    return next(batches, None), batches
+
+
 def _read(splits: Iterable[SplitLike | _CaughtUp]) -> Iterator[pa.RecordBatch | _CaughtUp]:
-    for split in splits:
-        if isinstance(split, _CaughtUp):
-            yield split
-        else:
-            yield from split.to_batches()
+    """The batches of ``splits`` in order, each split opened while the one before is handed
+    out.
+
+    Opening a split (planning its scan, reading its files' first pages, decoding its first
+    batch) is a wait in which this thread does nothing, and the batches after the first are
+    mostly decoded by then: read one split after another, the consumer would wait at every
+    split. So the next split is opened on a thread while this one's batches are handed out
+    (only the next: memory holds at most two splits' read-ahead). The source of splits is
+    iterated on this thread only, and never past :data:`CAUGHT_UP` before everything before
+    it was handed out (a stream's source blocks after it until more changes come). A failure
+    to read a split is raised in order, once the splits before it were handed out.
+    """
+    source = iter(splits)
+    pool: ThreadPoolExecutor | None = None
+    ahead: Future[tuple[pa.RecordBatch | None, Iterator[pa.RecordBatch]]] | None = None
+    marker: _CaughtUp | None = None  # CAUGHT_UP, taken from the source after ``ahead``
+    try:
+        while True:
+            if ahead is None:
+                item = marker if marker is not None else next(source, None)
+                marker = None
+                if item is None:
+                    return
+                if isinstance(item, _CaughtUp):
+                    yield item
+                    continue
+                first, rest = _opened(item)
+            else:
+                first, rest = ahead.result()
+                ahead = None
+            following = next(source, None)
+            if isinstance(following, _CaughtUp):
+                marker = following
+            elif following is not None:
+                if pool is None:
+                    pool = ThreadPoolExecutor(1, thread_name_prefix="arrowlake-torch-read")
+                ahead = pool.submit(_opened, following)
+            if first is not None:
+                yield first
+                yield from rest
+            if following is None:
+                return
+    finally:
+        if ahead is not None:
+            ahead.cancel()
+        if pool is not None:
+            pool.shutdown(wait=True)
 
 
 _dataset_class: type | None = None
