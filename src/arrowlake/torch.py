@@ -20,7 +20,7 @@ reproducible only when torch's RNG is seeded too); with several ranks, whose Dat
 different base seeds, only ``set_epoch`` reshuffles between epochs. Without ``seed``, one is
 drawn when the dataset is made (several ranks must pass the same ``seed``).
 
-Each reader opens its next split on a thread while it hands out the current one's batches.
+Each reader opens its next two splits on threads while it hands out one's batches.
 Rows are shuffled within each reader's share with a buffer of ``shuffle_buffer`` rows (0: rows
 keep the order of their split). Iterated in-process, tensors share Arrow's memory where Arrow
 allows it (numeric columns without nulls, in one chunk); do not modify them in place. In
@@ -39,6 +39,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import warnings
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -424,52 +425,57 @@ def _opened(split: SplitLike) -> tuple[pa.RecordBatch | None, Iterator[pa.Record
     return next(batches, None), batches
 
 
+#: Splits a reader opens ahead of the one it hands out.
+_AHEAD = 2
+
+
 def _read(splits: Iterable[SplitLike | _CaughtUp]) -> Iterator[pa.RecordBatch | _CaughtUp]:
-    """The batches of ``splits`` in order, each split opened while the one before is handed
-    out.
+    """The batches of ``splits`` in order, the next :data:`_AHEAD` splits opened on threads
+    while one is handed out.
 
     Opening a split (planning its scan, reading its files' first pages, decoding its first
-    batch) is a wait in which this thread does nothing, and the batches after the first are
-    mostly decoded by then: read one split after another, the consumer would wait at every
-    split. So the next split is opened on a thread while this one's batches are handed out
-    (only the next: memory holds at most two splits' read-ahead). The source of splits is
-    iterated on this thread only, and never past :data:`CAUGHT_UP` before everything before
-    it was handed out (a stream's source blocks after it until more changes come). A failure
-    to read a split is raised in order, once the splits before it were handed out.
+    batch) is a wait in which this thread does nothing, and by then the split's other batches
+    are mostly decoded: read one split after another, the reader would wait at every split,
+    with the cores idle while a split's scan starts and ends. Opened ahead, the splits'
+    scans overlap as one dataset's files do. Memory holds the read-ahead of ``_AHEAD + 1``
+    splits' scans. The source of splits is iterated on this thread only, and never past
+    :data:`CAUGHT_UP` before everything before it was handed out (a stream's source blocks
+    after it until more changes come). A failure to read a split is raised in order, once
+    the splits before it were handed out.
     """
     source = iter(splits)
     pool: ThreadPoolExecutor | None = None
-    ahead: Future[tuple[pa.RecordBatch | None, Iterator[pa.RecordBatch]]] | None = None
-    marker: _CaughtUp | None = None  # CAUGHT_UP, taken from the source after ``ahead``
+    pending: deque[Future[tuple[pa.RecordBatch | None, Iterator[pa.RecordBatch]]]
+                   | _CaughtUp] = deque()
+    exhausted = False
     try:
         while True:
-            if ahead is None:
-                item = marker if marker is not None else next(source, None)
-                marker = None
+            while not exhausted and len(pending) <= _AHEAD \
+                    and not (pending and isinstance(pending[-1], _CaughtUp)):
+                item = next(source, None)
                 if item is None:
-                    return
-                if isinstance(item, _CaughtUp):
-                    yield item
-                    continue
-                first, rest = _opened(item)
-            else:
-                first, rest = ahead.result()
-                ahead = None
-            following = next(source, None)
-            if isinstance(following, _CaughtUp):
-                marker = following
-            elif following is not None:
-                if pool is None:
-                    pool = ThreadPoolExecutor(1, thread_name_prefix="arrowlake-torch-read")
-                ahead = pool.submit(_opened, following)
+                    exhausted = True
+                elif isinstance(item, _CaughtUp):
+                    pending.append(item)
+                else:
+                    if pool is None:
+                        pool = ThreadPoolExecutor(_AHEAD,
+                                                  thread_name_prefix="arrowlake-torch-read")
+                    pending.append(pool.submit(_opened, item))
+            if not pending:
+                return
+            head = pending.popleft()
+            if isinstance(head, _CaughtUp):
+                yield head
+                continue
+            first, rest = head.result()
             if first is not None:
                 yield first
                 yield from rest
-            if following is None:
-                return
     finally:
-        if ahead is not None:
-            ahead.cancel()
+        for opening in pending:
+            if isinstance(opening, Future):
+                opening.cancel()
         if pool is not None:
             pool.shutdown(wait=True)
 
