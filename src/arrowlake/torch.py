@@ -20,6 +20,7 @@ reproducible only when torch's RNG is seeded too); with several ranks, whose Dat
 different base seeds, only ``set_epoch`` reshuffles between epochs. Without ``seed``, one is
 drawn when the dataset is made (several ranks must pass the same ``seed``).
 
+Each reader opens its next two splits on threads while it hands out one's batches.
 Rows are shuffled within each reader's share with a buffer of ``shuffle_buffer`` rows (0: rows
 keep the order of their split). Iterated in-process, tensors share Arrow's memory where Arrow
 allows it (numeric columns without nulls, in one chunk); do not modify them in place. In
@@ -38,7 +39,9 @@ from __future__ import annotations
 import multiprocessing
 import os
 import warnings
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -416,12 +419,65 @@ def _shared_or_not(table: pa.Table) -> dict[str, Any]:
     return tensors if tensors is not None else to_tensors(_one_batch(table))
 
 
+def _opened(split: SplitLike) -> tuple[pa.RecordBatch | None, Iterator[pa.RecordBatch]]:
+    """The split's first batch (None if it has none) and the iterator of the rest."""
+    batches = iter(split.to_batches())
+    return next(batches, None), batches
+
+
+#: Splits a reader opens ahead of the one it hands out.
+_AHEAD = 2
+
+
 def _read(splits: Iterable[SplitLike | _CaughtUp]) -> Iterator[pa.RecordBatch | _CaughtUp]:
-    for split in splits:
-        if isinstance(split, _CaughtUp):
-            yield split
-        else:
-            yield from split.to_batches()
+    """The batches of ``splits`` in order, the next :data:`_AHEAD` splits opened on threads
+    while one is handed out.
+
+    Opening a split (planning its scan, reading its files' first pages, decoding its first
+    batch) is a wait in which this thread does nothing, and by then the split's other batches
+    are mostly decoded: read one split after another, the reader would wait at every split,
+    with the cores idle while a split's scan starts and ends. Opened ahead, the splits'
+    scans overlap as one dataset's files do. Memory holds the read-ahead of ``_AHEAD + 1``
+    splits' scans. The source of splits is iterated on this thread only, and never past
+    :data:`CAUGHT_UP` before everything before it was handed out (a stream's source blocks
+    after it until more changes come). A failure to read a split is raised in order, once
+    the splits before it were handed out.
+    """
+    source = iter(splits)
+    pool: ThreadPoolExecutor | None = None
+    pending: deque[Future[tuple[pa.RecordBatch | None, Iterator[pa.RecordBatch]]]
+                   | _CaughtUp] = deque()
+    exhausted = False
+    try:
+        while True:
+            while not exhausted and len(pending) <= _AHEAD \
+                    and not (pending and isinstance(pending[-1], _CaughtUp)):
+                item = next(source, None)
+                if item is None:
+                    exhausted = True
+                elif isinstance(item, _CaughtUp):
+                    pending.append(item)
+                else:
+                    if pool is None:
+                        pool = ThreadPoolExecutor(_AHEAD,
+                                                  thread_name_prefix="arrowlake-torch-read")
+                    pending.append(pool.submit(_opened, item))
+            if not pending:
+                return
+            head = pending.popleft()
+            if isinstance(head, _CaughtUp):
+                yield head
+                continue
+            first, rest = head.result()
+            if first is not None:
+                yield first
+                yield from rest
+    finally:
+        for opening in pending:
+            if isinstance(opening, Future):
+                opening.cancel()
+        if pool is not None:
+            pool.shutdown(wait=True)
 
 
 _dataset_class: type | None = None

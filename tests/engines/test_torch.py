@@ -107,6 +107,76 @@ def test_a_source_of_splits_as_they_come_is_shared_out_in_arrival_order(sqlite_l
     assert not set(seen[0]) & set(seen[1])
 
 
+
+class _Part:
+    """A split of ``rows`` ids from ``start`` in batches of 10, recording when it is opened."""
+
+    def __init__(self, start: int, rows: int, log: list[str], fail: bool = False) -> None:
+        self.start, self.rows, self.log, self.fail = start, rows, log, fail
+        self.opened = threading.Event()
+
+    @property
+    def row_count(self) -> int:
+        return self.rows
+
+    def to_batches(self):
+        self.log.append(f"open {self.start}")
+        self.opened.set()
+        if self.fail:
+            raise OSError(f"split {self.start} cannot be read")
+        for lo in range(self.start, self.start + self.rows, 10):
+            yield pa.record_batch({"id": np.arange(lo, min(lo + 10, self.start + self.rows))})
+
+
+def test_the_next_split_is_opened_while_one_is_handed_out_and_rows_keep_their_order():
+    log: list[str] = []
+    ahead = al.torch._AHEAD
+    parts = [_Part(i * 30, 30, log) for i in range(ahead + 3)]
+    reading = al.torch.SplitDataset(parts, pa.schema([("id", pa.int64())]), batch_size=10,
+                                    shuffle=False, output="arrow")
+    batches = reading.batches()
+    assert next(batches)["id"].to_pylist() == list(range(10))
+    for part in parts[1:ahead + 1]:  # opened ahead, before split 0 was handed out in full
+        assert part.opened.wait(10)
+    assert not parts[ahead + 1].opened.is_set()  # but no further
+    rest = [b["id"].to_pylist() for b in batches]
+    assert sum(rest, list(range(10))) == list(range(30 * len(parts)))
+    assert sorted(log) == sorted(f"open {i * 30}" for i in range(len(parts)))
+
+
+def test_a_split_that_fails_to_read_fails_after_the_rows_before_it():
+    log: list[str] = []
+    parts = [_Part(0, 30, log), _Part(30, 30, log, fail=True), _Part(60, 30, log)]
+    reading = al.torch.SplitDataset(parts, pa.schema([("id", pa.int64())]), batch_size=10,
+                                    shuffle=False, output="arrow")
+    seen: list[int] = []
+    with pytest.raises(OSError, match="split 30 cannot be read"):
+        for batch in reading.batches():
+            seen.extend(batch["id"].to_pylist())
+    assert seen == list(range(30))
+
+
+def test_a_source_is_not_asked_past_caught_up_before_the_rows_before_it_left():
+    log: list[str] = []
+    caught_up = al.torch.CAUGHT_UP
+
+    def source():
+        yield _Part(0, 25, log)
+        log.append("caught up")
+        yield caught_up
+        log.append("asked again")  # a stream's source would wait here for new changes
+        yield _Part(100, 5, log)
+
+    reading = al.torch.SplitDataset(source, pa.schema([("id", pa.int64())]), batch_size=10,
+                                    shuffle=False, output="arrow")
+    out = []
+    for batch in reading.batches():
+        out.append(batch["id"].to_pylist())
+        if len(out) == 3:  # the held rows leave at CAUGHT_UP: 10, 10, then the last 5
+            assert "asked again" not in log
+    assert out == [list(range(10)), list(range(10, 20)), list(range(20, 25)),
+                   list(range(100, 105))]
+
 def test_primary_key_tables_are_read_merged(sqlite_lake):
     table = fill_pk_table(sqlite_lake)
     expected = table.scan(columns=["id", "y"]).to_arrow().sort_by("id")
