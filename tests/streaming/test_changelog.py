@@ -349,14 +349,14 @@ def test_lookup_matches_a_model_for_partitioned_string_keys_with_a_sequence_fiel
 def test_lookup_is_the_same_with_and_without_the_run_cache(sqlite_lake, cache, engine):
     """Decoded runs cached (default), none cached (0), or evicted at once (1 byte): the same
     changes, also when a fresh process (an empty cache) writes next."""
-    from arrowlake.table import changelog
+    from arrowlake.table import run_cache
 
     props = {} if cache is None else {"changelog.lookup-cache-size": cache}
     t = sqlite_lake.create_table("s.t", SCHEMA, primary_key=["k"], buckets=2,
                                  merge_engine=engine, changelog_producer="lookup",
                                  properties=props)
     t.upsert({"k": [1, 2, 1], "v": ["a", "b", "a2"]})
-    changelog._RUNS.clear()  # as if another process wrote the first runs
+    run_cache.RUNS.clear()  # as if another process wrote the first runs
     _dedupe_history(t)  # its first upsert writes the same rows again: no change
     assert by_key(changes(t)) == EXPECTED_DEDUPE["lookup"]
 
@@ -371,12 +371,12 @@ def test_lookup_cache_size_must_be_a_byte_count(sqlite_lake):
 
 
 def test_run_cache_stays_within_its_bound_and_evicts_the_least_recently_used():
-    from arrowlake.table.changelog import _Run, _RunCache
+    from arrowlake.table.run_cache import DecodedRun, RunCache
 
-    def run(n: int) -> _Run:
-        return _Run.of(pa.table({"k": pa.array(range(n), pa.int64())}), "k", True)
+    def run(n: int) -> DecodedRun:
+        return DecodedRun.of(pa.table({"k": pa.array(range(n), pa.int64())}), "k", True)
 
-    cache = _RunCache()
+    cache = RunCache()
     one = run(100)  # 800 bytes
     cache.put(("a", 0), one, limit=2000)
     cache.put(("b", 0), run(100), limit=2000)
@@ -386,7 +386,7 @@ def test_run_cache_stays_within_its_bound_and_evicts_the_least_recently_used():
     assert cache.get(("c", 0)) is not None
     cache.put(("d", 0), run(1000), limit=2000)  # larger than the bound: not kept
     assert cache.get(("d", 0)) is None
-    assert one.sorted_unique and not _Run.of(pa.table({"k": [2, 1]}), "k", True).sorted_unique
+    assert one.sorted_unique and not DecodedRun.of(pa.table({"k": [2, 1]}), "k", True).sorted_unique
 
 
 @pytest.mark.parametrize("engine", ["deduplicate", "partial-update"])

@@ -32,9 +32,6 @@ snapshot only, never part of a scan, and deleted when that snapshot expires.
 from __future__ import annotations
 
 import json
-import os
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
@@ -66,6 +63,14 @@ from arrowlake.scan.planning import TableView, file_schemas, file_tasks
 from arrowlake.scan.read import read_tagged
 from arrowlake.scan.split import FileTask, Split
 from arrowlake.schema import FIELD_ID_KEY, field_id
+from arrowlake.table.run_cache import (
+    RUNS,
+    DecodedRun,
+    decoded_runs,
+    integer_like,
+    keep_runs,
+    lookup_cache_bytes,
+)
 from arrowlake.table.writes import WriteResult, _discard, _result, commit_files
 
 if TYPE_CHECKING:
@@ -225,122 +230,12 @@ def _new_tasks(table: Table, runs: Sequence[NewFile], seq: int) -> list[FileTask
 _Unit = tuple[int | None, int | None]  # (partition id, bucket)
 
 
-# -- decoded runs ------------------------------------------------------------------------------
-
-LOOKUP_CACHE_PROPERTY = "changelog.lookup-cache-size"
-DEFAULT_LOOKUP_CACHE_BYTES = 256 * 1024 * 1024
-
-
-def lookup_cache_bytes(props: Mapping[str, str]) -> int:
-    """The table property ``changelog.lookup-cache-size``: how many bytes of decoded runs a
-    ``lookup`` changelog may keep in memory between writes (default 256 MiB; 0 turns it off)."""
-    value = props.get(LOOKUP_CACHE_PROPERTY)
-    if value is None or str(value).strip() == "":
-        return DEFAULT_LOOKUP_CACHE_BYTES
-    try:
-        number = int(str(value).strip())
-    except ValueError:
-        number = -1
-    if number < 0:
-        raise ValidationError(
-            f"Table property '{LOOKUP_CACHE_PROPERTY}' must be a number of bytes (0 or more), "
-            f"not {value!r}")
-    return number
-
-
-@dataclass(frozen=True, eq=False)
-class _Run:
-    """The rows of one data file in a table schema (table columns + stored row kind), each
-    column one chunk, with its first key column as integers when the key type allows."""
-
-    rows: pa.Table
-    keys: np.ndarray | None
-    sorted_unique: bool  # ``keys`` strictly increasing (a run: sorted, one row per key)
-
-    @classmethod
-    def of(cls, rows: pa.Table, first: str, fast: bool) -> _Run:
-        rows = rows.combine_chunks()
-        keys = _as_ints(rows.column(first)) if fast else None
-        ordered = keys is not None and (len(keys) < 2 or bool(np.all(keys[1:] > keys[:-1])))
-        return cls(rows, keys, ordered)
-
-
-class _RunCache:
-    """Decoded data files, least recently used first out, bounded in bytes.
-
-    Data files are immutable and never reused under another name, so an entry keyed by the
-    file's location and the schema it was read in stays right until it is evicted. A writer
-    that keeps upserting into a table then decodes each run once (when it writes it) instead
-    of at every write that touches its bucket."""
-
-    def __init__(self) -> None:
-        self._entries: OrderedDict[tuple[str, int], _Run] = OrderedDict()
-        self._bytes = 0
-        self._lock = threading.Lock()
-
-    def get(self, key: tuple[str, int]) -> _Run | None:
-        with self._lock:
-            run = self._entries.get(key)
-            if run is not None:
-                self._entries.move_to_end(key)
-            return run
-
-    def put(self, key: tuple[str, int], run: _Run, limit: int) -> None:
-        size = run.rows.nbytes
-        with self._lock:
-            if key in self._entries or size > limit:
-                return
-            self._entries[key] = run
-            self._bytes += size
-            while self._bytes > limit:
-                _, old = self._entries.popitem(last=False)
-                self._bytes -= old.rows.nbytes
-
-    def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
-            self._bytes = 0
-
-    def after_fork(self) -> None:
-        self._lock = threading.Lock()  # the parent's may have been held while forking
-
-
-_RUNS = _RunCache()
-os.register_at_fork(after_in_child=_RUNS.after_fork)
-
-
 def remember_runs(table: Table, written: Sequence[tuple[DataFileWriter, pa.Table]]) -> None:
     """Keep the runs a write just wrote (each writer's rows, written as one file) decoded for
     the lookup changelogs of this write and the next ones, so none reads them back."""
     if changelog_producer(table) != "lookup" or not lookup_cache_bytes(table._record.properties):
         return
-    _keep(table, decoded_runs(table, written))
-
-
-def decoded_runs(table: Table, written: Sequence[tuple[DataFileWriter, pa.Table]]
-                 ) -> list[tuple[DataFileWriter, _Run]]:
-    """Each writer's rows as a run of its own memory."""
-    first = table._record.primary_key[0]
-    fast = _integer_like(table.schema.field(first).type)
-    # A run is a slice of the whole write: copied (a memcpy) so that the cache holds, and
-    # counts, only its own rows.
-    return [(writer, _Run.of(pa.Table.from_arrays([pa.concat_arrays(c.chunks)
-                                                   for c in rows.columns], schema=rows.schema),
-                             first, fast))
-            for writer, rows in written]
-
-
-def _keep(table: Table, runs: Sequence[tuple[DataFileWriter, _Run]]) -> None:
-    """Cache the runs whose writer wrote them as one (closed) file."""
-    rec = table._record
-    limit = lookup_cache_bytes(rec.properties)
-    if not limit:
-        return
-    for writer, run in runs:
-        if len(writer.files) != 1:
-            continue  # rolled over into several files: none holds all the rows
-        path = table._storage.join(rec.location, writer.files[0].path)
-        _RUNS.put((path, rec.current_schema_id), run, limit)
+    keep_runs(table, decoded_runs(table, written))
 
 
 class _Tally:
@@ -408,7 +303,7 @@ def finish_with_lookup(table: Table, base: int | None, writers: Sequence[DataFil
             writer.abort()
         _discard(table, [*files, *changelog])
         raise
-    _keep(table, runs)
+    keep_runs(table, runs)
     return files, LookupChangelog(changelog, referencing)
 
 
@@ -433,43 +328,28 @@ def _read_versions(view: TableView, tasks: Sequence[FileTask], expr: Expr
 
 
 def _runs(view: TableView, tasks: Sequence[FileTask], expr: Expr, first: str, fast: bool,
-          limit: int) -> dict[int, tuple[FileTask, _Run]]:
+          limit: int) -> dict[int, tuple[FileTask, DecodedRun]]:
     """The rows of ``tasks`` as runs. With a cache (``limit`` bytes) whole files, from the
     cache or decoded and kept in it; without one only the rows matching ``expr``."""
     schema_id = view.record.current_schema_id
-    out: dict[int, tuple[FileTask, _Run]] = {}
+    out: dict[int, tuple[FileTask, DecodedRun]] = {}
     missing = []
     for task in tasks:
-        run = _RUNS.get((task.path, schema_id)) if limit else None
+        run = RUNS.get((task.path, schema_id)) if limit else None
         if run is None:
             missing.append(task)
         else:
             out[task.file_id] = (task, run)
     for fid, (task, rows) in _read_versions(view, missing,
                                             AlwaysTrue() if limit else expr).items():
-        run = _Run.of(rows, first, fast)
+        run = DecodedRun.of(rows, first, fast)
         if limit:
-            _RUNS.put((task.path, schema_id), run, limit)
+            RUNS.put((task.path, schema_id), run, limit)
         out[fid] = (task, run)
     return out
 
 
-def _integer_like(t: pa.DataType) -> bool:
-    """Types whose values numpy orders as Arrow does (as integers)."""
-    return (pa.types.is_integer(t) or pa.types.is_date(t) or pa.types.is_timestamp(t)
-            or pa.types.is_time(t) or pa.types.is_duration(t))
-
-
-def _as_ints(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    if isinstance(values, pa.ChunkedArray):
-        values = values.combine_chunks()
-    if not pa.types.is_integer(values.type):
-        width = values.type.bit_width
-        values = values.view(pa.int32() if width == 32 else pa.int64())
-    return np.asarray(values.to_numpy(zero_copy_only=False))
-
-
-def _touched_rows(run: _Run, first: str, keys: pa.Array | np.ndarray) -> pa.Table:
+def _touched_rows(run: DecodedRun, first: str, keys: pa.Array | np.ndarray) -> pa.Table:
     """The rows of one run whose first key column holds one of ``keys`` (for a one-column key,
     exactly the touched keys' versions; for a composite key a superset, which changes nothing:
     a key the write does not touch merges to the same row before and after it)."""
@@ -574,7 +454,7 @@ def lookup_parts(table: Table, base: int | None, runs: Sequence[NewFile]
     rec = table._record
     view = table._view(base, current_schema=True)
     first = rec.primary_key[0]
-    fast = _integer_like(view.schema.field(first).type)
+    fast = integer_like(view.schema.field(first).type)
     fresh = _new_tasks(table, runs, (base or 0) + 1)
     decoded = _runs(view, fresh, AlwaysTrue(), first, fast, lookup_cache_bytes(rec.properties))
     place: dict[_Unit, tuple[str | None, str | None, int]] = {}
@@ -586,7 +466,8 @@ def lookup_parts(table: Table, base: int | None, runs: Sequence[NewFile]
     return _lookup(table, view, base, new, place)
 
 
-def lookup_written(table: Table, base: int | None, written: Sequence[tuple[DataFileWriter, _Run]]
+def lookup_written(table: Table, base: int | None,
+                   written: Sequence[tuple[DataFileWriter, DecodedRun]]
                    ) -> tuple[Iterable[_Part], _Tally | None]:
     """:func:`lookup_parts` of runs still being written: ``written`` pairs each run's writer
     (its place) with the run's rows, so nothing waits for their files."""
@@ -596,7 +477,7 @@ def lookup_written(table: Table, base: int | None, written: Sequence[tuple[DataF
     pids: dict[str, int] = {}
     fresh = iter(range(-1, -(1 << 30), -1))
     place: dict[_Unit, tuple[str | None, str | None, int]] = {}
-    new: list[tuple[_Unit, _Run]] = []
+    new: list[tuple[_Unit, DecodedRun]] = []
     for writer, run in written:
         ppath = writer.partition_path
         if ppath is not None and ppath not in pids:
@@ -609,7 +490,8 @@ def lookup_written(table: Table, base: int | None, written: Sequence[tuple[DataF
     return _lookup(table, view, base, new, place)
 
 
-def _lookup(table: Table, view: TableView, base: int | None, new: Sequence[tuple[_Unit, _Run]],
+def _lookup(table: Table, view: TableView, base: int | None,
+            new: Sequence[tuple[_Unit, DecodedRun]],
             place: Mapping[_Unit, tuple[str | None, str | None, int]]
             ) -> tuple[Iterable[_Part], _Tally | None]:
     """The changes of the new runs ``new`` (their unit and rows, ordered after every run of
@@ -621,21 +503,21 @@ def _lookup(table: Table, view: TableView, base: int | None, new: Sequence[tuple
     assert spec is not None  # a primary-key table
     names = view.schema.names
     first = key[0]
-    fast = _integer_like(view.schema.field(first).type)
+    fast = integer_like(view.schema.field(first).type)
     limit = lookup_cache_bytes(rec.properties)
     new_seq = (base or 0) + 1
     # The touched first-key values of each unit, and over all of them their range.
     touched: dict[_Unit, Any] = {}
     for unit, run in new:
         touched.setdefault(unit, []).append(run)
-    new_rows: dict[_Unit, _Run] = {}
+    new_rows: dict[_Unit, DecodedRun] = {}
     for unit, parts in touched.items():
         if not fast:
             touched[unit] = pc.unique(pa.chunked_array(
                 [c for p in parts for c in p.rows.column(first).chunks],
                 view.schema.field(first).type))
             continue
-        rows = parts[0] if len(parts) == 1 else _Run.of(
+        rows = parts[0] if len(parts) == 1 else DecodedRun.of(
             pa.concat_tables([p.rows for p in parts]), first, fast)
         new_rows[unit] = rows
         assert rows.keys is not None
@@ -657,7 +539,7 @@ def _lookup(table: Table, view: TableView, base: int | None, new: Sequence[tuple
             view.schema.field(first).type)).values()
         expr = and_all([col(first) >= low.as_py(), col(first) <= high.as_py()])
     old = _runs(view, committed, expr, first, fast, limit)
-    olds: dict[_Unit, list[tuple[int, _Run]]] = {unit: [] for unit in touched}
+    olds: dict[_Unit, list[tuple[int, DecodedRun]]] = {unit: [] for unit in touched}
     for task, run in old.values():
         olds[(task.partition_id, task.bucket)].append((task.seq_max or 0, run))
     if (len(key) == 1 and _plain_newest_wins(spec) and len(new_rows) == len(touched)
@@ -697,8 +579,8 @@ def _as_ready(pending: Sequence[tuple[tuple[str | None, str | None, int], Future
             future.cancel()
 
 
-def _newest_wins_changes(names: Sequence[str], key: Sequence[str], new: _Run,
-                         old: Sequence[tuple[int, _Run]]) -> pa.Table:
+def _newest_wins_changes(names: Sequence[str], key: Sequence[str], new: DecodedRun,
+                         old: Sequence[tuple[int, DecodedRun]]) -> pa.Table:
     """The changes of one bucket's new run over its committed runs when a key's merged row is
     its newest version (:func:`_plain_newest_wins`): the before-image of each new key is its
     version in the newest committed run holding it, found by binary search, newest run first;
