@@ -254,54 +254,43 @@ def main() -> None:
         if only & {"reads", "pushdown"}:
             assert lake.table("bench.orders").count() == n
 
+        def compare(agg: Callable[[object], tuple], parquet: Path, label: str, table: str,
+                    *, plain: bool, columns: bool) -> None:
+            """``agg`` by Spark's Parquet reader over ``parquet`` against the arrowlake
+            contenders over ``table`` (and the minimal Python source over ``parquet`` when
+            ``plain``), each checked to give the same aggregate before it is timed."""
+            expected = agg(spark.read.parquet(str(parquet)))
+            base = median_time(lambda: agg(spark.read.parquet(str(parquet))), runs, 1)
+            report(label, base, n)
+            plan = als.plan_read(spark, lake, table)
+            contenders: list[tuple[str, Callable[[], tuple], str]] = []
+            if plain:
+                contenders.append((
+                    "reference: a minimal Python source over the Parquet copy",
+                    lambda: agg(spark.read.format("bench_plain_parquet").load(str(parquet))),
+                    "(what any Python source reaches here)"))
+            contenders.append(("format('arrowlake')", lambda: agg(source(table)),
+                               "(target >= 0.5)"))
+            if columns:
+                contenders.append(("format('arrowlake'), option columns='qty,amount'",
+                                   lambda: agg(source_columns(table)), "(target >= 0.5)"))
+            contenders.append(("arrowlake.spark.read (fast path)",
+                               lambda: agg(als.read(spark, lake, table)),
+                               f"(target >= 0.9); {plan.describe()}"))
+            for name, run, note in contenders:
+                assert same(run(), expected), name
+                seconds = median_time(run, runs, 1)
+                report(name, seconds, n, f"ratio {base / seconds:.2f} {note}")
+
         # -- full aggregate, append table ----------------------------------------------------
         if "reads" in only:
-            print("full aggregate, append table", flush=True)
-            expected = aggregate(spark.read.parquet(str(root / "copy")))
-            pr = median_time(lambda: aggregate(spark.read.parquet(str(root / "copy"))), runs, 1)
-            report("spark.read.parquet", pr, n)
             spark.dataSource.register(plain_source())
-
-            def plain() -> tuple:
-                return aggregate(spark.read.format("bench_plain_parquet").load(str(root / "copy")))
-
-            assert same(plain(), expected)
-            ppl = median_time(plain, runs, 1)
-            report("reference: a minimal Python source over the Parquet copy", ppl, n,
-                   f"ratio {pr / ppl:.2f} (what any Python source reaches here)")
-            assert same(aggregate(source("bench.orders")), expected)
-            sr = median_time(lambda: aggregate(source("bench.orders")), runs, 1)
-            report("format('arrowlake')", sr, n, f"ratio {pr / sr:.2f} (target >= 0.5)")
-            cr = median_time(lambda: aggregate(source_columns("bench.orders")), runs, 1)
-            report("format('arrowlake'), option columns='qty,amount'", cr, n,
-                   f"ratio {pr / cr:.2f} (target >= 0.5)")
-            plan = als.plan_read(spark, lake, "bench.orders")
-            assert same(aggregate(plan.to_dataframe(spark)), expected)
-            fr = median_time(lambda: aggregate(als.read(spark, lake, "bench.orders")), runs, 1)
-            report("arrowlake.spark.read (fast path)", fr, n,
-                   f"ratio {pr / fr:.2f} (target >= 0.9); {plan.describe()}")
-
+            print("full aggregate, append table", flush=True)
+            compare(aggregate, root / "copy", "spark.read.parquet", "bench.orders",
+                    plain=True, columns=True)
             print("full aggregate reading every column, append table", flush=True)
-            expected = aggregate_all(spark.read.parquet(str(root / "copy")))
-            pall = median_time(
-                lambda: aggregate_all(spark.read.parquet(str(root / "copy"))), runs, 1)
-            report("spark.read.parquet", pall, n)
-
-            def plain_all() -> tuple:
-                return aggregate_all(
-                    spark.read.format("bench_plain_parquet").load(str(root / "copy")))
-
-            assert same(plain_all(), expected)
-            ppa = median_time(plain_all, runs, 1)
-            report("reference: a minimal Python source over the Parquet copy", ppa, n,
-                   f"ratio {pall / ppa:.2f} (what any Python source reaches here)")
-            assert same(aggregate_all(source("bench.orders")), expected)
-            sa = median_time(lambda: aggregate_all(source("bench.orders")), runs, 1)
-            report("format('arrowlake')", sa, n, f"ratio {pall / sa:.2f} (target >= 0.5)")
-            fa = median_time(
-                lambda: aggregate_all(als.read(spark, lake, "bench.orders")), runs, 1)
-            report("arrowlake.spark.read (fast path)", fa, n,
-                   f"ratio {pall / fa:.2f} (target >= 0.9)")
+            compare(aggregate_all, root / "copy", "spark.read.parquet", "bench.orders",
+                    plain=True, columns=False)
 
         # -- selective key filter ------------------------------------------------------------
         if "pushdown" in only:
@@ -352,21 +341,8 @@ def main() -> None:
                     "day": pa.array(["2026-12-01"] * len(ids))}, schema=SCHEMA))
             live = pk.to_arrow()
             pq.write_table(live, str(root / "live.parquet"))
-            expected = aggregate(spark.read.parquet(str(root / "live.parquet")))
-            ppr = median_time(lambda: aggregate(spark.read.parquet(str(root / "live.parquet"))),
-                              runs, 1)
-            report("spark.read.parquet (copy of live rows)", ppr, n)
-            assert same(aggregate(source("bench.users")), expected)
-            psr = median_time(lambda: aggregate(source("bench.users")), runs, 1)
-            report("format('arrowlake')", psr, n, f"ratio {ppr / psr:.2f} (target >= 0.5)")
-            pcr = median_time(lambda: aggregate(source_columns("bench.users")), runs, 1)
-            report("format('arrowlake'), option columns='qty,amount'", pcr, n,
-                   f"ratio {ppr / pcr:.2f} (target >= 0.5)")
-            plan = als.plan_read(spark, lake, "bench.users")
-            assert same(aggregate(plan.to_dataframe(spark)), expected)
-            pfr = median_time(lambda: aggregate(als.read(spark, lake, "bench.users")), runs, 1)
-            report("arrowlake.spark.read (fast path)", pfr, n,
-                   f"ratio {ppr / pfr:.2f} (target >= 0.9); {plan.describe()}")
+            compare(aggregate, root / "live.parquet", "spark.read.parquet (copy of live rows)",
+                    "bench.users", plain=False, columns=True)
 
     finally:
         spark.stop()
