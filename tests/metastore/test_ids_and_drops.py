@@ -3,6 +3,9 @@ nowhere (TableNotFound), in this process or another."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pyarrow as pa
 import pytest
 
@@ -144,6 +147,22 @@ def _aggregating(lake: al.Lake) -> al.Table:
                              buckets=1, merge_engine="aggregation", aggregations={"v": "sum"})
 
 
+def _before_first_call(lake: al.Lake, method: str, action: Callable[[], object]) -> list[int]:
+    """Patches ``lake.metastore.<method>`` so that its first call runs ``action`` (another
+    writer committing in between) before doing its work; returns the record of its calls."""
+    real = getattr(lake.metastore, method)
+    calls: list[int] = []
+
+    def racing(*args: Any, **kwargs: Any) -> Any:
+        if not calls:
+            action()
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    setattr(lake.metastore, method, racing)
+    return calls
+
+
 @pytest.mark.parametrize("kind", METASTORES)
 def test_set_properties_keeps_a_rename_committed_meanwhile(kind, tmp_path, request):
     """set_properties merges its change into the properties as they are under the table's
@@ -152,17 +171,10 @@ def test_set_properties_keeps_a_rename_committed_meanwhile(kind, tmp_path, reque
     lake = make_lake(kind, tmp_path, request)
     t = _aggregating(lake)
     other = _other(lake)
-    real = lake.metastore.update_properties
-    raced: list[int] = []
-
-    def racing(*args, **kwargs):
-        raced.append(1)
-        other.table("agg").rename_column("v", "w")
-        return real(*args, **kwargs)
-
-    lake.metastore.update_properties = racing  # type: ignore[method-assign]
+    calls = _before_first_call(lake, "update_properties",
+                               lambda: other.table("agg").rename_column("v", "w"))
     t.set_properties(**{"compaction.max-runs": "7"})
-    assert raced == [1]
+    assert calls == [1]
     props = other.table("agg").properties
     assert props["compaction.max-runs"] == "7"
     assert props["fields.w.aggregate-function"] == "sum"
@@ -179,16 +191,8 @@ def test_a_rename_does_not_overwrite_properties_set_meanwhile(kind, tmp_path, re
     lake = make_lake(kind, tmp_path, request)
     t = _aggregating(lake)
     other = _other(lake)
-    real = lake.metastore.add_schema
-    raced: list[int] = []
-
-    def racing(*args, **kwargs):
-        if not raced:
-            raced.append(1)
-            other.table("agg").set_properties(**{"compaction.max-runs": "9"})
-        return real(*args, **kwargs)
-
-    lake.metastore.add_schema = racing  # type: ignore[method-assign]
+    _before_first_call(lake, "add_schema",
+                       lambda: other.table("agg").set_properties(**{"compaction.max-runs": "9"}))
     with pytest.raises(al.CommitConflict):
         t.rename_column("v", "w")
     fresh = other.table("agg")

@@ -164,21 +164,17 @@ def test_pushdown_returns_the_same_rows_as_no_pushdown(spark, lake_path, table_k
         spark.conf.set(key, "false")
 
 
-def test_pyspark_reuses_pushed_partitions_for_later_queries_of_one_dataframe(spark, lake_path):
+def test_pyspark_reuses_pushed_partitions_for_later_queries_of_one_dataframe(spark, lake_path,
+                                                                              pushdown):
     """Pins the PySpark limitation documented in arrowlake.spark.source: if this starts
     failing, PySpark fixed it and the note can go."""
     lake = al.connect(lake_path)
     t = lake.create_table("shop.orders", ORDERS, partition_by=["day"])
     t.append(orders(0, 30))
-    key = "spark.sql.python.filterPushdown.enabled"
-    spark.conf.set(key, "true")
-    try:
-        df = read(spark, lake_path, "shop.orders")
-        assert df.where("day = '2026-11-02'").count() == 10
-        assert df.count() == 10  # PySpark reuses the pushed query's partitions
-        assert read(spark, lake_path, "shop.orders").count() == 30  # a fresh load is right
-    finally:
-        spark.conf.set(key, "false")
+    df = read(spark, lake_path, "shop.orders")
+    assert df.where("day = '2026-11-02'").count() == 10
+    assert df.count() == 10  # PySpark reuses the pushed query's partitions
+    assert read(spark, lake_path, "shop.orders").count() == 30  # a fresh load is right
 
 
 def test_filters_are_accepted_only_where_the_scan_applies_them_exactly():
@@ -199,29 +195,24 @@ def test_filters_are_accepted_only_where_the_scan_applies_them_exactly():
     assert rejected == given[5:]
 
 
-def test_pushdown_on_a_dataframe_loaded_before_the_table_changed(spark, lake_path):
+def test_pushdown_on_a_dataframe_loaded_before_the_table_changed(spark, lake_path, pushdown):
     """The pushdown worker takes the table schema from the loaded source (no second lookup);
     the rows are still those of the snapshot current when the query runs."""
     lake = al.connect(lake_path)
     t = lake.create_table("shop.orders", ORDERS, partition_by=["day"])
     t.append(orders(0, 300))
-    key = "spark.sql.python.filterPushdown.enabled"
-    spark.conf.set(key, "true")
-    try:
-        df = read(spark, lake_path, "shop.orders")
-        t.add_column("note", pa.string())
-        t.append(pa.table({"order_id": [5000, 5001], "day": ["2026-11-02", "2026-11-03"],
-                           "customer": ["c1", "c2"], "amount": [77, 78], "note": ["a", "b"]}))
-        query = "amount > 75 and day = '2026-11-02'"
-        pushed = frame_rows(df.where(query))
-        expected = as_spark_rows(t.scan(query, ["order_id", "day", "customer", "amount"])
-                                 .to_arrow())
-        assert pushed == expected
-        assert [r["order_id"] for r in pushed if r["order_id"] >= 5000] == [5000]
-        # A schema given by the reader: the worker looks the table schema up itself.
-        given = spark.read.format("arrowlake").option("lake", str(lake_path)) \
-            .schema("order_id long, day string, customer string, amount int") \
-            .load("shop.orders")
-        assert frame_rows(given.where(query)) == expected
-    finally:
-        spark.conf.set(key, "false")
+    df = read(spark, lake_path, "shop.orders")
+    t.add_column("note", pa.string())
+    t.append(pa.table({"order_id": [5000, 5001], "day": ["2026-11-02", "2026-11-03"],
+                       "customer": ["c1", "c2"], "amount": [77, 78], "note": ["a", "b"]}))
+    query = "amount > 75 and day = '2026-11-02'"
+    pushed = frame_rows(df.where(query))
+    expected = as_spark_rows(t.scan(query, ["order_id", "day", "customer", "amount"])
+                             .to_arrow())
+    assert pushed == expected
+    assert [r["order_id"] for r in pushed if r["order_id"] >= 5000] == [5000]
+    # A schema given by the reader: the worker looks the table schema up itself.
+    given = spark.read.format("arrowlake").option("lake", str(lake_path)) \
+        .schema("order_id long, day string, customer string, amount int") \
+        .load("shop.orders")
+    assert frame_rows(given.where(query)) == expected
