@@ -30,6 +30,7 @@ from arrowlake.metastore.records import (
     now_ms,
     partition_alias,
     rows_to_table,
+    same_nulls,
 )
 
 
@@ -212,15 +213,22 @@ class Commits(Database):
         if not wanted:
             return ids
         c = t.partitions.c
-        # The partitions at these paths or of these values (see PartitionIds).
         rows: set[tuple[int, str, str]] = set()
-        for column, keys in ((c.path, list(wanted)),
-                             (c.partition_values, sorted({v for v in wanted.values() if v}))):
+
+        def load(column: sa.ColumnElement[str], keys: list[str]) -> PartitionIds:
             for start in range(0, len(keys), 500):
                 rows.update((int(pid), path, values) for pid, path, values in conn.execute(
                     sa.select(c.partition_id, c.path, c.partition_values).where(
                         (c.table_id == table_id) & column.in_(keys[start:start + 500]))))
-        known = PartitionIds.of(list(rows))
+            return PartitionIds.of(list(rows))
+
+        # The partitions at these paths; then, for the paths they do not settle (see
+        # PartitionIds: a new path, or one holding other values), those of the same values.
+        known = load(c.path, list(wanted))
+        unsettled = sorted({v for p, v in wanted.items() if v and not (
+            p in known.by_path and same_nulls(known.by_path[p][1], v))})
+        if unsettled:
+            known = load(c.partition_values, unsettled)
         for path, values in wanted.items():
             pid = known.get(path, values)
             if pid is None:
