@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import arrowlake as al
-from arrowlake.errors import ValidationError
+from arrowlake.errors import DataFileError, ValidationError
 from arrowlake.table.compaction import CompactionOptions, compaction_options, pick_runs
 from tests.conftest import METASTORES, make_lake
 from tests.table.test_pk_properties import (
@@ -212,6 +212,60 @@ def test_manual_compact_reports_bytes(sqlite_lake):
                                                                   .to_pylist())
 
 
+# -- the writer's cache of decoded runs ---------------------------------------------------------
+
+
+def _overwrite_data_files(table: al.Table) -> None:
+    """Make every live data file of ``table`` unreadable (a test's stand-in for a file the
+    writer no longer needs to read)."""
+    for path in table.files()["path"].to_pylist():
+        with open(path, "wb") as f:
+            f.write(b"not parquet")
+
+
+@pytest.mark.parametrize("cache, reads_files", [(None, False), ("0", True)])
+def test_compaction_merges_the_runs_its_writer_keeps_decoded(sqlite_lake, cache, reads_files):
+    """A writer keeps the runs it wrote decoded (``write.run-cache-size``, on by default), and
+    its compactions merge those instead of reading the files back; with the cache off they
+    read the files."""
+    # The third write merges the whole bucket: nothing is left that reads the old files.
+    props = {"compaction.max-runs": "2", "compaction.max-size-amplification-percent": "0"}
+    if cache is not None:
+        props["write.run-cache-size"] = cache
+    table = sqlite_lake.create_table("c.cached", SCHEMA, primary_key=["id"], buckets=1,
+                                     properties=props)
+    table.upsert(batch(range(100)))
+    table.upsert(batch(range(50, 150), "y"))
+    _overwrite_data_files(table)
+    result = table.upsert(batch(range(120, 130), "z"))
+    if reads_files:
+        # The write landed; its compaction failed reading the files (logged, left for later).
+        assert result.compaction is None
+        with pytest.raises(DataFileError):
+            table.compact()
+        return
+    assert result.compaction is not None and result.compaction.removed_files == 3
+    expected = {i: f"{'x' if i < 50 else 'y' if i < 120 or i >= 130 else 'z'}{i}"
+                for i in range(150)}
+    assert names(table) == expected
+
+
+@pytest.mark.parametrize("name", ["write.run-cache-size", "changelog.lookup-cache-size"])
+@pytest.mark.parametrize("value", ["-1", "lots", "1.5"])
+def test_malformed_run_cache_size_is_named(sqlite_lake, name, value):
+    with pytest.raises(ValidationError, match=name):
+        sqlite_lake.create_table("c.badcache", SCHEMA, primary_key=["id"],
+                                 properties={name: value})
+
+
+def test_the_older_cache_property_wins():
+    from arrowlake.table.run_cache import DEFAULT_RUN_CACHE_BYTES, run_cache_bytes
+    assert run_cache_bytes({}) == DEFAULT_RUN_CACHE_BYTES
+    assert run_cache_bytes({"write.run-cache-size": "10"}) == 10
+    assert run_cache_bytes({"write.run-cache-size": "10",
+                            "changelog.lookup-cache-size": "0"}) == 0
+
+
 # -- exactness under aggressive auto-compaction, every engine -----------------------------------
 
 _names = itertools.count()
@@ -229,12 +283,14 @@ def knob_lake(tmp_path_factory):
 @given(data=st.data(), buckets=st.integers(1, 4), partitioned=st.booleans(),
        max_runs=st.sampled_from(["1", "2", "3"]),
        amplification=st.sampled_from(["0", "50", "200", "100000"]),
-       ratio=st.sampled_from(["1", "1.5", "4"]), budget=st.sampled_from(["0.01", "1", "5"]))
+       ratio=st.sampled_from(["1", "1.5", "4"]), budget=st.sampled_from(["0.01", "1", "5"]),
+       cache=st.sampled_from(["0", "256", "268435456"]))
 def test_auto_compaction_keeps_every_snapshot_exact(knob_lake, engine, data, buckets,
                                                     partitioned, max_runs, amplification,
-                                                    ratio, budget):
+                                                    ratio, budget, cache):
     """Random writes with every combination of the knobs (a budget so small that merges wait,
-    newer runs merged alone or whole buckets) read as the model says, now and at every
+    newer runs merged alone or whole buckets; compactions reading runs from files, from the
+    writer's cache of decoded runs, or both) read as the model says, now and at every
     snapshot."""
     ops = data.draw(operations(partitioned, engine), label="operations")
     schema = schema_for(partitioned)
@@ -245,7 +301,7 @@ def test_auto_compaction_keeps_every_snapshot_exact(knob_lake, engine, data, buc
         properties={"compaction.max-runs": max_runs,
                     "compaction.max-size-amplification-percent": amplification,
                     "compaction.size-ratio": ratio, "compaction.write-budget": budget,
-                    **ENGINE_PROPERTIES.get(engine, {})},
+                    "write.run-cache-size": cache, **ENGINE_PROPERTIES.get(engine, {})},
         **ENGINES[engine])
     model = Model(engine, key)
     at_snapshot = {}

@@ -16,7 +16,7 @@ import functools
 import inspect
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import chain, pairwise
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -582,15 +582,36 @@ def _runs_split(split: Split, files: Sequence[FileTask], columns: Sequence[str],
 
 @_checked
 def read_runs(split: Split, files: Sequence[FileTask], columns: Sequence[str],
-              pushed: Expr) -> pa.Table:
-    """The rows of ``files`` with ``_row_kind`` and ``_seq`` (the writing commit's sequence)."""
+              pushed: Expr, held: Mapping[int, pa.Table] | None = None) -> pa.Table:
+    """The rows of ``files`` with ``_row_kind`` and ``_seq`` (the writing commit's sequence).
+
+    ``held``: the whole rows of some of the files (by file id), in the split's schema with the
+    stored row kind, which the caller already has decoded; only the others are read. (With
+    ``held``, ``pushed`` must select every row: held rows are not filtered.)"""
     runs = _runs_split(split, files, columns, pushed)
+    schema = runs.output_schema()
+    usable = {fid: rows for fid, rows in (held or {}).items() if _holds(rows, schema)}
+    by_file: dict[int, list[pa.RecordBatch]] = {}
+    missing = [f for f in files if f.file_id not in usable]
+    if missing:
+        for task, batch in read_tagged(replace(runs, files=tuple(missing))):
+            by_file.setdefault(task.file_id, []).append(batch)
     batches: list[pa.RecordBatch] = []
     seqs: list[int] = []
-    for task, batch in read_tagged(runs):
-        batches.append(batch)
-        seqs.append(task.seq_max or 0)
-    return as_runs(batches, seqs, runs.output_schema())
+    for task in files:  # in the files' order, as one scan of them all yields them
+        rows = usable.get(task.file_id)
+        parts = by_file.get(task.file_id, []) if rows is None else pa.Table.from_arrays(
+            [rows.column(name) for name in schema.names], schema=schema).to_batches()
+        for batch in parts:
+            batches.append(batch)
+            seqs.append(task.seq_max or 0)
+    return as_runs(batches, seqs, schema)
+
+
+def _holds(rows: pa.Table, schema: pa.Schema) -> bool:
+    """Whether ``rows`` have every column of ``schema``, in its types."""
+    names = set(rows.column_names)
+    return all(f.name in names and rows.schema.field(f.name).type == f.type for f in schema)
 
 
 def _bucket_batches(split: Split, groups: list[list[FileTask]], columns: Sequence[str],
@@ -636,11 +657,13 @@ def _bucket_batches(split: Split, groups: list[list[FileTask]], columns: Sequenc
 
 
 def merge_bucket(split: Split, files: Sequence[FileTask], columns: Sequence[str],
-                 pushed: Expr, keep_retractions: bool = False) -> pa.Table:
-    """One bucket's current rows (with ``_row_kind`` and ``_seq``), merged."""
+                 pushed: Expr, keep_retractions: bool = False,
+                 held: Mapping[int, pa.Table] | None = None) -> pa.Table:
+    """One bucket's current rows (with ``_row_kind`` and ``_seq``), merged; ``held`` as for
+    :func:`read_runs`."""
     spec = split.merge
     assert spec is not None
-    return merge_rows(spec, read_runs(split, files, columns, pushed), keep_retractions)
+    return merge_rows(spec, read_runs(split, files, columns, pushed, held), keep_retractions)
 
 
 def _needed(split: Split, spec: MergeSpec, residual: Expr) -> list[str]:

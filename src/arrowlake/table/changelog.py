@@ -69,7 +69,7 @@ from arrowlake.table.run_cache import (
     decoded_runs,
     integer_like,
     keep_runs,
-    lookup_cache_bytes,
+    run_cache_bytes,
 )
 from arrowlake.table.writes import WriteResult, _discard, _result, commit_files
 
@@ -228,14 +228,6 @@ def _new_tasks(table: Table, runs: Sequence[NewFile], seq: int) -> list[FileTask
 
 
 _Unit = tuple[int | None, int | None]  # (partition id, bucket)
-
-
-def remember_runs(table: Table, written: Sequence[tuple[DataFileWriter, pa.Table]]) -> None:
-    """Keep the runs a write just wrote (each writer's rows, written as one file) decoded for
-    the lookup changelogs of this write and the next ones, so none reads them back."""
-    if changelog_producer(table) != "lookup" or not lookup_cache_bytes(table._record.properties):
-        return
-    keep_runs(table, decoded_runs(table, written))
 
 
 class _Tally:
@@ -456,7 +448,7 @@ def lookup_parts(table: Table, base: int | None, runs: Sequence[NewFile]
     first = rec.primary_key[0]
     fast = integer_like(view.schema.field(first).type)
     fresh = _new_tasks(table, runs, (base or 0) + 1)
-    decoded = _runs(view, fresh, AlwaysTrue(), first, fast, lookup_cache_bytes(rec.properties))
+    decoded = _runs(view, fresh, AlwaysTrue(), first, fast, run_cache_bytes(rec.properties))
     place: dict[_Unit, tuple[str | None, str | None, int]] = {}
     for task, written in zip(fresh, runs, strict=True):
         place.setdefault((task.partition_id, task.bucket),
@@ -504,7 +496,7 @@ def _lookup(table: Table, view: TableView, base: int | None,
     names = view.schema.names
     first = key[0]
     fast = integer_like(view.schema.field(first).type)
-    limit = lookup_cache_bytes(rec.properties)
+    limit = run_cache_bytes(rec.properties)
     new_seq = (base or 0) + 1
     # The touched first-key values of each unit, and over all of them their range.
     touched: dict[_Unit, Any] = {}

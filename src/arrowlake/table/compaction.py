@@ -62,6 +62,7 @@ from arrowlake.scan.read import (
 )
 from arrowlake.scan.split import FileTask
 from arrowlake.table import changelog
+from arrowlake.table.run_cache import held_runs, remember_runs
 from arrowlake.table.writes import _discard
 
 if TYPE_CHECKING:
@@ -351,7 +352,8 @@ def _commit(table: Table, plan: _Plan, picks: list[tuple[list[Run], bool]],
                             [c for c in merge.partition_by if c in columns]) \
                 if [k for k in merge.key if k not in merge.partition_by] else []
             rows = merge_bucket(split, files, [c for c in columns if c not in fill],
-                                AlwaysTrue(), keep_retractions=keep)
+                                AlwaysTrue(), keep_retractions=keep,
+                                held=held_runs(table, files))
             for name, value in zip(fill, partition_scalars(split, files[0], fill, {}),
                                    strict=True):
                 rows = rows.append_column(name, constant_column(value, rows.num_rows))
@@ -394,7 +396,7 @@ def _commit(table: Table, plan: _Plan, picks: list[tuple[list[Run], bool]],
         raise
     finally:
         pool.shutdown(wait=False)
-    changelog.remember_runs(table, [(w, runs_written[i]) for i, w in enumerate(writers)])
+    remember_runs(table, [(w, runs_written[i]) for i, w in enumerate(writers)])
     return CompactionResult(result.snapshot_id, len(picks), len(removed), len(added),
                             removed_bytes=sum(f.file_size for f in removed),
                             added_bytes=sum(f.file_size for f in added))

@@ -57,7 +57,7 @@ from arrowlake.table.compaction import (
     compaction_options,
 )
 from arrowlake.table.inputs import batch_stream
-from arrowlake.table.run_cache import lookup_cache_bytes
+from arrowlake.table.run_cache import remember_runs, run_cache_bytes
 from arrowlake.table.writes import (
     WriteResult,
     _conflict_on_new_matches,
@@ -195,7 +195,7 @@ def validate_properties(props: Mapping[str, str], primary_key: Sequence[str]) ->
             "count is fixed once rows are written")
     WriteOptions.from_properties(dict(props))
     compaction_options(props)
-    lookup_cache_bytes(props)
+    run_cache_bytes(props)
     engine_props = sorted(k for k in props if is_engine_property(k))
     if engine_props and not primary_key:
         raise ValidationError(
@@ -356,7 +356,7 @@ def write_runs(table: Table, rows: pa.Table) -> list[NewFile]:
             writer.abort()
         _discard(table, files)
         raise
-    changelog.remember_runs(table, written)
+    remember_runs(table, written)
     return files
 
 

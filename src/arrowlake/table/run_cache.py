@@ -1,11 +1,13 @@
-"""Decoded runs kept between writes, for the ``lookup`` changelog (:mod:`.changelog`).
+"""Decoded runs kept between writes, for compaction and the ``lookup`` changelog.
 
-A lookup needs the rows of the runs a write touches. Decoding them is most of its cost, and a
-writer that keeps upserting into a table would decode the same runs at every write; the
-process-wide cache here keeps them, bounded in bytes by the table property
-``changelog.lookup-cache-size``. Data files are immutable and never reused under another name,
-so an entry keyed by a file's location and the schema it was read in stays right until it is
-evicted.
+A compaction merges a bucket's runs, and a lookup (:mod:`.changelog`) reads the runs a write
+touches; decoding them is a large part of either's cost (a third of the compactions of
+``bench/pk.py``'s long run), and a writer that keeps writing into a table would decode the runs
+it just wrote. The process-wide cache here keeps the runs a writer writes (and those a lookup
+decodes), bounded in bytes by the table property ``write.run-cache-size`` (default 256 MiB;
+``changelog.lookup-cache-size``, its name before compaction used it, is still read and wins when
+set). Data files are immutable and never reused under another name, so an entry keyed by a
+file's location and the schema it was read in stays right until it is evicted.
 """
 
 from __future__ import annotations
@@ -22,28 +24,36 @@ import pyarrow as pa
 
 from arrowlake.errors import ValidationError
 from arrowlake.io.writer import DataFileWriter
+from arrowlake.scan.split import FileTask
 
 if TYPE_CHECKING:
     from arrowlake.table.table import Table
 
-LOOKUP_CACHE_PROPERTY = "changelog.lookup-cache-size"
-DEFAULT_LOOKUP_CACHE_BYTES = 256 * 1024 * 1024
+RUN_CACHE_PROPERTY = "write.run-cache-size"
+LOOKUP_CACHE_PROPERTY = "changelog.lookup-cache-size"  # the older name, read first
+DEFAULT_RUN_CACHE_BYTES = 256 * 1024 * 1024
 
 
-def lookup_cache_bytes(props: Mapping[str, str]) -> int:
-    """The table property ``changelog.lookup-cache-size``: how many bytes of decoded runs a
-    ``lookup`` changelog may keep in memory between writes (default 256 MiB; 0 turns it off)."""
-    value = props.get(LOOKUP_CACHE_PROPERTY)
+def run_cache_bytes(props: Mapping[str, str]) -> int:
+    """How many bytes of decoded runs a writer of the table keeps in memory between writes:
+    the table property ``changelog.lookup-cache-size`` when set, else ``write.run-cache-size``
+    (default 256 MiB; 0 turns the cache off). A malformed value of either raises
+    :class:`~arrowlake.errors.ValidationError` naming it."""
+    sizes = [_cache_size(props, name) for name in (LOOKUP_CACHE_PROPERTY, RUN_CACHE_PROPERTY)]
+    return next((size for size in sizes if size is not None), DEFAULT_RUN_CACHE_BYTES)
+
+
+def _cache_size(props: Mapping[str, str], name: str) -> int | None:
+    value = props.get(name)
     if value is None or str(value).strip() == "":
-        return DEFAULT_LOOKUP_CACHE_BYTES
+        return None
     try:
         number = int(str(value).strip())
     except ValueError:
         number = -1
     if number < 0:
         raise ValidationError(
-            f"Table property '{LOOKUP_CACHE_PROPERTY}' must be a number of bytes (0 or more), "
-            f"not {value!r}")
+            f"Table property '{name}' must be a number of bytes (0 or more), not {value!r}")
     return number
 
 
@@ -110,18 +120,33 @@ def decoded_runs(table: Table, written: Sequence[tuple[DataFileWriter, pa.Table]
     """Each writer's rows as a run of its own memory."""
     first = table._record.primary_key[0]
     fast = integer_like(table.schema.field(first).type)
-    # A run is a slice of the whole write: copied (a memcpy) so that the cache holds, and
-    # counts, only its own rows.
-    return [(writer, DecodedRun.of(pa.Table.from_arrays([pa.concat_arrays(c.chunks)
-                                                   for c in rows.columns], schema=rows.schema),
-                             first, fast))
+    return [(writer, DecodedRun.of(pa.Table.from_arrays([_own_rows(c) for c in rows.columns],
+                                                        schema=rows.schema), first, fast))
             for writer, rows in written]
+
+
+def _own_rows(column: pa.ChunkedArray) -> pa.Array:
+    """``column`` as one array whose memory holds only its rows, so that the cache holds, and
+    counts, only those: as it is when it already is one (a ``take`` builds such arrays), else
+    copied (a run may be a slice of a whole write)."""
+    if column.num_chunks == 1:
+        chunk = column.chunk(0)
+        if chunk.get_total_buffer_size() <= chunk.nbytes + chunk.nbytes // 8 + 64:
+            return chunk
+    return pa.concat_arrays(column.chunks)
+
+
+def remember_runs(table: Table, written: Sequence[tuple[DataFileWriter, pa.Table]]) -> None:
+    """Keep the runs a write just wrote (each writer's rows, written as one file) decoded for
+    the compactions and lookup changelogs of the next writes, so none reads them back."""
+    if run_cache_bytes(table._record.properties):
+        keep_runs(table, decoded_runs(table, written))
 
 
 def keep_runs(table: Table, runs: Sequence[tuple[DataFileWriter, DecodedRun]]) -> None:
     """Cache the runs whose writer wrote them as one (closed) file."""
     rec = table._record
-    limit = lookup_cache_bytes(rec.properties)
+    limit = run_cache_bytes(rec.properties)
     if not limit:
         return
     for writer, run in runs:
@@ -144,3 +169,15 @@ def as_ints(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
         width = values.type.bit_width
         values = values.view(pa.int32() if width == 32 else pa.int64())
     return np.asarray(values.to_numpy(zero_copy_only=False))
+
+
+def held_runs(table: Table, files: Sequence[FileTask]) -> dict[int, pa.Table]:
+    """The whole rows of those of ``files`` the cache holds (table columns in the current
+    schema and the stored row kind), by file id."""
+    schema_id = table._record.current_schema_id
+    held = {}
+    for f in files:
+        run = RUNS.get((f.path, schema_id))
+        if run is not None:
+            held[f.file_id] = run.rows
+    return held
