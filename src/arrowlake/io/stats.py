@@ -8,6 +8,12 @@ A file's statistics are ``{field id: [min, max, nulls]}`` plus, for float column
 entry: the number of NaN values (min and max skip NaN). ``"v": 2`` marks statistics written
 since decimal bounds are merged as numbers; decimal bounds without it may be wrong (they were
 merged across row groups as strings) and are read as unknown.
+
+Where the Parquet writer's row-group statistics hold a column's bounds exactly, in the stored
+form (integers, float32/64, booleans, date32, timestamps, times and durations in the units it
+writes unchanged, short strings: :func:`footer_layout`), the data file writer takes them from
+the footer it wrote instead of computing ``min_max`` (:func:`fill_deferred_bounds`); null and
+NaN counts are always counted here. A bound the footer does not hold exactly stays unknown.
 """
 
 from __future__ import annotations
@@ -104,7 +110,7 @@ def decode_values(values: Sequence[Any], typ: pa.DataType) -> pa.Array:
 
 def column_stats(table: pa.Table | pa.RecordBatch, schema: pa.Schema) -> dict[str, list[Any]]:
     """``{field id: [min, max, null_count]}`` for the top-level columns of ``table``."""
-    return column_stats_deferring(table, schema, defer_strings=False)[0]
+    return column_stats_deferring(table, schema, defer=False)[0]
 
 
 #: Strings shorter than this many bytes take their bounds from the Parquet writer's statistics
@@ -119,51 +125,113 @@ def _is_string(typ: pa.DataType) -> bool:
         pa.types.is_string_view(typ)
 
 
+_TIME_UNITS = {"ms": "milliseconds", "us": "microseconds", "ns": "nanoseconds"}
+
+
+@functools.lru_cache(maxsize=512)
+def footer_layout(typ: pa.DataType) -> tuple[str, str | None, bool] | None:
+    """How Arrow's Parquet writer stores a column of ``typ`` when its row-group statistics
+    hold the column's bounds exactly as they are stored here, else None: ``(physical type,
+    time unit of the logical type or None, whether the bounds are read as physical values)``.
+
+    Integers of every width are read through their logical type (an unsigned 32-bit column is
+    physically a signed INT32); dates, timestamps, times and durations as the physical integer,
+    which is the value in the column's unit, UTC for timestamps with a time zone. Left out,
+    since the writer changes their values: ``date64`` (written as days), ``timestamp[s]`` and
+    ``time32[s]`` (written as milliseconds), and half floats (bytes).
+    """
+    t = pa.types
+    if t.is_integer(typ):
+        return ("INT64" if typ.bit_width == 64 else "INT32"), None, False
+    if t.is_float32(typ):
+        return "FLOAT", None, False
+    if t.is_float64(typ):
+        return "DOUBLE", None, False
+    if t.is_boolean(typ):
+        return "BOOLEAN", None, False
+    if t.is_date32(typ):
+        return "INT32", None, True
+    if t.is_duration(typ):
+        return "INT64", None, True
+    if (t.is_timestamp(typ) or t.is_time(typ)) and typ.unit in _TIME_UNITS:
+        return ("INT32" if t.is_time32(typ) else "INT64"), _TIME_UNITS[typ.unit], True
+    return None
+
+
 def column_stats_deferring(table: pa.Table | pa.RecordBatch, schema: pa.Schema, *,
-                           defer_strings: bool = True
+                           defer: bool = True
                            ) -> tuple[dict[str, list[Any]], list[tuple[str, str]]]:
-    """:func:`column_stats`, except that with ``defer_strings`` the bounds of string columns
-    whose values are all shorter than :data:`PARQUET_STRING_BOUND_BYTES` are left for
-    :func:`fill_deferred_bounds` to take from the Parquet statistics of the row group these
-    rows were written as. Returns the stats and those columns as ``(field id, name)``."""
+    """:func:`column_stats`, except that with ``defer`` the bounds of the columns the Parquet
+    writer bounds exactly are left for :func:`fill_deferred_bounds` to take from the Parquet
+    statistics of the row group these rows were written as: columns of the types
+    :func:`footer_layout` names, and string columns whose values are all shorter than
+    :data:`PARQUET_STRING_BOUND_BYTES`. Null and NaN counts are always ours. Returns the stats
+    and the deferred columns as ``(field id, name)``."""
     out: dict[str, list[Any]] = {}
     deferred: list[tuple[str, str]] = []
     for field in schema:
         col = table.column(field.name)
         fid = str(field_id(field))
         nulls = col.null_count
-        lo = hi = None
-        if _storage_type(field.type) is not None and nulls < len(col):
-            if defer_strings and _is_string(field.type) and "." not in field.name and (
-                    pc.max(pc.binary_length(col)).as_py() or 0) < PARQUET_STRING_BOUND_BYTES:
-                out[fid] = [None, None, nulls]
-                deferred.append((fid, field.name))
-                continue
-            try:
-                mm = pc.min_max(col)
-            except (pa.ArrowNotImplementedError, pa.ArrowInvalid):
-                mm = None
-            if mm is not None:
-                lo, hi = encode_scalar(mm["min"]), encode_scalar(mm["max"])
-                if pa.types.is_floating(field.type) and (lo is None or hi is None):
-                    lo = hi = None  # only NaN: min_max skips NaN unless there is nothing else
-        entry = [lo, hi, nulls]
+        entry: list[Any] = [None, None, nulls]
         if pa.types.is_floating(field.type):
-            entry.append(int(pc.sum(pc.is_nan(col)).as_py() or 0) if len(col) else 0)
+            entry.append(int(pc.sum(pc.is_nan(col)).as_py() or 0) if nulls < len(col) else 0)
         out[fid] = entry
+        if _storage_type(field.type) is None or nulls == len(col):
+            continue
+        if defer and "." not in field.name and (footer_layout(field.type) is not None or (
+                _is_string(field.type) and (pc.max(pc.binary_length(col)).as_py() or 0)
+                < PARQUET_STRING_BOUND_BYTES)):
+            deferred.append((fid, field.name))
+            continue
+        try:
+            mm = pc.min_max(col)
+        except (pa.ArrowNotImplementedError, pa.ArrowInvalid):
+            continue
+        lo, hi = encode_scalar(mm["min"]), encode_scalar(mm["max"])
+        if lo is not None and hi is not None:  # floats: min_max skips NaN unless all are
+            entry[0], entry[1] = lo, hi
     return out, deferred
+
+
+def _footer_bound(value: Any, physical: str) -> Any:
+    """A bound as read from Parquet statistics in its stored form, or None if unusable."""
+    if physical in ("FLOAT", "DOUBLE"):
+        if not isinstance(value, float) or math.isnan(value):
+            return None
+        # The writer widens a zero bound to -0.0 (min) or 0.0 (max); both equal 0.0.
+        return 0.0 if value == 0 else value
+    if physical == "BOOLEAN":
+        return value if isinstance(value, bool) else None
+    if physical == "BYTE_ARRAY":
+        return value if isinstance(value, str) and \
+            len(value.encode()) < PARQUET_STRING_BOUND_BYTES else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def fill_deferred_bounds(chunks: Sequence[tuple[dict[str, list[Any]], int]],
                          deferred: Sequence[Sequence[tuple[str, str]]],
-                         metadata: Any) -> None:
+                         metadata: Any, schema: pa.Schema) -> None:
     """Set the bounds :func:`column_stats_deferring` left out of each chunk's stats (in place)
-    from the Parquet ``metadata`` of the file the chunks were written to, in order (a chunk
-    may span several row groups). A bound the file does not hold exactly stays unknown."""
-    leaves = {metadata.schema.column(i).path: i for i in range(metadata.num_columns)} \
-        if metadata.num_row_groups else {}
+    from the Parquet ``metadata`` of the file the chunks (of ``schema``) were written to, in
+    order (a chunk may span several row groups). A bound the file does not hold exactly, in
+    the layout :func:`footer_layout` expects, stays unknown."""
+    columns: dict[str, tuple[int, str, bool]] = {}  # name: (leaf index, physical type, raw)
+    for i in range(metadata.num_columns):
+        leaf = metadata.schema.column(i)
+        if leaf.path not in schema.names:
+            continue
+        typ = schema.field(leaf.path).type
+        layout = ("BYTE_ARRAY", None, False) if _is_string(typ) else footer_layout(typ)
+        if layout is None or leaf.physical_type != layout[0]:
+            continue
+        if layout[1] is not None:
+            unit = json.loads(leaf.logical_type.to_json()).get("timeUnit")
+            if unit != layout[1]:
+                continue
+        columns[leaf.path] = (i, layout[0], layout[2])
     group = 0
-    for (stats, rows), columns in zip(chunks, deferred, strict=True):
+    for (stats, rows), names in zip(chunks, deferred, strict=True):
         groups = []
         covered = 0
         while covered < rows and group < metadata.num_row_groups:
@@ -172,27 +240,35 @@ def fill_deferred_bounds(chunks: Sequence[tuple[dict[str, list[Any]], int]],
             group += 1
         if covered != rows:
             return  # not the layout written: leave the remaining bounds unknown
-        for fid, name in columns:
-            index = leaves.get(name)
-            if index is None:
+        for fid, name in names:
+            column = columns.get(name)
+            if column is None:
                 continue
-            los: list[str] = []
-            his: list[str] = []
+            index, physical, raw = column
+            los: list[Any] = []
+            his: list[Any] = []
             for row_group in groups:
-                st = row_group.column(index).statistics
-                if row_group.column(index).num_values == 0 or st is None:
+                chunk = row_group.column(index)
+                st = chunk.statistics
+                # Only nulls here: no bounds needed (a chunk of one group has values, or its
+                # column would not have been deferred).
+                if len(groups) > 1 and (chunk.num_values == 0 or (
+                        st is not None and st.has_null_count
+                        and st.null_count == row_group.num_rows)):
                     continue
-                if st.null_count == row_group.num_rows:
-                    continue  # only nulls here: no bounds needed
-                lo, hi = (st.min, st.max) if st.has_min_max else (None, None)
-                if not (isinstance(lo, str) and isinstance(hi, str)) or max(
-                        len(lo.encode()), len(hi.encode())) >= PARQUET_STRING_BOUND_BYTES:
+                if st is None or not st.has_min_max:
+                    los = []
+                    break
+                lo = _footer_bound(st.min_raw if raw else st.min, physical)
+                hi = _footer_bound(st.max_raw if raw else st.max, physical)
+                if lo is None or hi is None:
                     los = []
                     break
                 los.append(lo)
                 his.append(hi)
             if los:
-                # Bytewise, as min_max and Parquet compare UTF-8: code point order is the same.
+                # Strings bytewise, as min_max and Parquet compare UTF-8: code point order is
+                # the same.
                 stats[fid][0], stats[fid][1] = min(los), max(his)
 
 

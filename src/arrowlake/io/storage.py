@@ -101,6 +101,10 @@ class Storage(ABC):
         return path[len(prefix):]
 
 
+#: How many created directories a :class:`LocalStorage` remembers (then it starts over).
+_MADE_DIRS_LIMIT = 4096
+
+
 class LocalStorage(Storage):
     """Files on a local (or mounted) filesystem."""
 
@@ -108,6 +112,9 @@ class LocalStorage(Storage):
 
     def __init__(self) -> None:
         self._fs = pafs.LocalFileSystem()
+        # Directories this object created or found: each file's makedirs call costs a few
+        # system calls, for nothing after the first file of a directory.
+        self._made_dirs: set[str] = set()
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (LocalStorage, ())
@@ -119,11 +126,27 @@ class LocalStorage(Storage):
         return path
 
     def open_output(self, path: str) -> pa.NativeFile:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+        directory = os.path.dirname(path)
+        known = directory in self._made_dirs
         try:
-            return self._fs.open_output_stream(path)
+            if not known:
+                os.makedirs(directory, exist_ok=True)
+            try:
+                stream = self._fs.open_output_stream(path)
+            except OSError:
+                if not known:
+                    raise
+                # Deleted since we made it (a dropped table, a cleanup): make it again.
+                os.makedirs(directory, exist_ok=True)
+                stream = self._fs.open_output_stream(path)
         except OSError as exc:
+            self._made_dirs.discard(directory)
             raise StorageError(f"Cannot create {path}: {exc}") from exc
+        if not known:
+            if len(self._made_dirs) >= _MADE_DIRS_LIMIT:
+                self._made_dirs.clear()
+            self._made_dirs.add(directory)
+        return stream
 
     def read_bytes(self, path: str) -> bytes:
         try:

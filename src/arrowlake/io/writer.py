@@ -154,7 +154,7 @@ class DataFileWriter:
         self._sink: pa.NativeFile | None = None
         self._path: str | None = None
         self._chunks: list[tuple[dict[str, list[Any]], int]] = []
-        # Per chunk, the string columns whose bounds come from the file's Parquet statistics.
+        # Per chunk, the columns whose bounds come from the file's Parquet statistics.
         self._deferred: list[list[tuple[str, str]]] = []
         self._hook_chunks: list[pa.Table] = []
         self._rows = 0
@@ -250,11 +250,12 @@ class DataFileWriter:
         size = self._sink.tell()
         self._sink.close()
         if any(self._deferred):
-            # The writer computed these strings' bounds as it encoded them (cheaper than
-            # min_max); without its metadata they stay unknown, which only prunes less.
+            # The writer computed these bounds as it encoded the values (min_max would cost
+            # as much again); without its metadata they stay unknown, which only prunes less.
             metadata = getattr(getattr(self._writer, "writer", None), "metadata", None)
             if metadata is not None:
-                fill_deferred_bounds(self._chunks, self._deferred, metadata)
+                fill_deferred_bounds(self._chunks, self._deferred, metadata,
+                                     self.target.schema)
         extra = self.file_hook(pa.concat_tables(self._hook_chunks)) if self.file_hook else {}
         self.files.append(NewFile(
             path=self._path, schema_id=self.target.schema_id, row_count=self._rows,
