@@ -223,11 +223,11 @@ def _overwrite_data_files(table: al.Table) -> None:
             f.write(b"not parquet")
 
 
-@pytest.mark.parametrize("cache, reads_files", [(None, False), ("0", True)])
+@pytest.mark.parametrize("cache, reads_files", [("1000000", False), ("0", True), (None, True)])
 def test_compaction_merges_the_runs_its_writer_keeps_decoded(sqlite_lake, cache, reads_files):
-    """A writer keeps the runs it wrote decoded (``write.run-cache-size``, on by default), and
-    its compactions merge those instead of reading the files back; with the cache off they
-    read the files."""
+    """A writer keeps the runs it wrote decoded (``write.run-cache-size``, off by default
+    without a lookup changelog), and its compactions merge those instead of reading the files
+    back; with the cache off they read the files."""
     # The third write merges the whole bucket: nothing is left that reads the old files.
     props = {"compaction.max-runs": "2", "compaction.max-size-amplification-percent": "0"}
     if cache is not None:
@@ -258,9 +258,11 @@ def test_malformed_run_cache_size_is_named(sqlite_lake, name, value):
                                  properties={name: value})
 
 
-def test_the_older_cache_property_wins():
+def test_the_run_cache_is_on_by_default_for_lookups_and_the_older_property_wins():
     from arrowlake.table.run_cache import DEFAULT_RUN_CACHE_BYTES, run_cache_bytes
-    assert run_cache_bytes({}) == DEFAULT_RUN_CACHE_BYTES
+    assert run_cache_bytes({}) == 0
+    assert run_cache_bytes({"changelog-producer": "lookup"}) == DEFAULT_RUN_CACHE_BYTES
+    assert run_cache_bytes({"changelog-producer": "lookup", "write.run-cache-size": "0"}) == 0
     assert run_cache_bytes({"write.run-cache-size": "10"}) == 10
     assert run_cache_bytes({"write.run-cache-size": "10",
                             "changelog.lookup-cache-size": "0"}) == 0
