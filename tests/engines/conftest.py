@@ -54,9 +54,13 @@ def fill_pk_table(lake: al.Lake, name: str = "shop.orders") -> al.Table:
     return table
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def dask_client() -> Iterator[object]:
-    """A local distributed cluster: 2 worker processes, separate from the test process."""
+    """A local distributed cluster: 2 worker processes, separate from the test process.
+
+    Closed after each module: while its threads run, a DataLoader test forking workers in the
+    same test process hung now and then, its worker stuck on SQLite's allocator mutex (held
+    at the fork by another thread; see ``_IN_SQLITE`` in ``arrowlake/metastore/signals.py``)."""
     import distributed  # the dask extra (in dev)
 
     cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,

@@ -111,6 +111,17 @@ class _PgListener(_UrlThread):
 CHECK_INTERVAL = 0.01
 
 
+#: Held by the SQLite watchers while they call into SQLite, and by a thread that forks while
+#: it forks (:func:`_before_fork`). SQLite guards its allocator with a process-wide mutex: a
+#: fork while a watcher held it (opening its connection, say) left the child blocked on it
+#: forever, as soon as it opened a database itself (seen with DataLoader workers forked right
+#: after a stream started).
+_IN_SQLITE = threading.Lock()
+#: The longest a fork waits for a watcher to leave SQLite (its calls take microseconds; only
+#: a connection pool that is out of connections could keep it longer).
+FORK_WAIT = 2.0
+
+
 class _SqliteWatcher(_UrlThread):
     """One daemon thread per SQLite metastore URL: check ``PRAGMA data_version`` every
     ``CHECK_INTERVAL`` seconds and wake the URL's streams when it changed."""
@@ -121,13 +132,15 @@ class _SqliteWatcher(_UrlThread):
         while not self.stop.is_set():
             raw = None
             try:
-                raw = self.engine.raw_connection()
-                cursor = raw.driver_connection.cursor()
-                # Outside any transaction (the engine's connections run in autocommit mode
-                # between BEGINs), so each read sees the newest committed state.
-                last = cursor.execute("PRAGMA data_version").fetchone()[0]
+                with _IN_SQLITE:
+                    raw = self.engine.raw_connection()
+                    cursor = raw.driver_connection.cursor()
+                    # Outside any transaction (the engine's connections run in autocommit
+                    # mode between BEGINs), so each read sees the newest committed state.
+                    last = cursor.execute("PRAGMA data_version").fetchone()[0]
                 while not self.stop.wait(CHECK_INTERVAL):
-                    version = cursor.execute("PRAGMA data_version").fetchone()[0]
+                    with _IN_SQLITE:
+                        version = cursor.execute("PRAGMA data_version").fetchone()[0]
                     if version != last:
                         last = version
                         publish(self.url, None)
@@ -135,7 +148,7 @@ class _SqliteWatcher(_UrlThread):
                 self.stop.wait(1.0)
             finally:
                 if raw is not None:
-                    with contextlib.suppress(Exception):
+                    with _IN_SQLITE, contextlib.suppress(Exception):
                         raw.close()
 
 
@@ -182,15 +195,32 @@ def listen(url: str, engine: Any) -> Callable[[], None]:
     return release
 
 
+_FORKING = threading.local()  # per forking thread: whether it holds _IN_SQLITE
+
+
+def _before_fork() -> None:
+    """Fork only once no watcher is inside SQLite (waiting at most ``FORK_WAIT`` seconds)."""
+    _FORKING.holds = _IN_SQLITE.acquire(timeout=FORK_WAIT)
+
+
+def _after_fork_in_parent() -> None:
+    if getattr(_FORKING, "holds", False):
+        _FORKING.holds = False
+        _IN_SQLITE.release()
+
+
 def _after_fork_in_child() -> None:
     """A forked child (a DataLoader or multiprocessing worker) has none of the parent's
     threads: forget the parent's watchers and listeners, whose threads would never wake the
-    child's streams, and take a fresh lock, since the parent's may have been held by one of
-    those threads at the fork (the child would then wait on it forever)."""
-    global _LOCK
+    child's streams, and take fresh locks, since the parent's may have been held by one of
+    those threads at the fork (the child would then wait on them forever)."""
+    global _LOCK, _IN_SQLITE, _FORKING
     _LOCK = threading.Lock()
+    _IN_SQLITE = threading.Lock()
+    _FORKING = threading.local()
     _SQLITE_WATCHERS.clear()
     _PG_LISTENERS.clear()
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
+                    after_in_child=_after_fork_in_child)
