@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 import arrowlake as al
 from arrowlake.errors import DataFileError, ValidationError
 from arrowlake.table.compaction import CompactionOptions, compaction_options, pick_runs
+from arrowlake.table.run_cache import DEFAULT_RUN_CACHE_BYTES, run_cache_bytes
 from tests.conftest import METASTORES, make_lake
 from tests.table.test_pk_properties import (
     ENGINE_PROPERTIES,
@@ -259,7 +260,6 @@ def test_malformed_run_cache_size_is_named(sqlite_lake, name, value):
 
 
 def test_the_run_cache_is_on_by_default_for_lookups_and_the_older_property_wins():
-    from arrowlake.table.run_cache import DEFAULT_RUN_CACHE_BYTES, run_cache_bytes
     assert run_cache_bytes({}) == 0
     assert run_cache_bytes({"changelog-producer": "lookup"}) == DEFAULT_RUN_CACHE_BYTES
     assert run_cache_bytes({"changelog-producer": "lookup", "write.run-cache-size": "0"}) == 0
