@@ -38,9 +38,11 @@ prints the per-upsert median and max (compaction included: writes compact as the
 rewritten by compaction per byte upserted (``WriteResult.compaction``), the total against
 ``pq.write_table`` of the same batches, and after every 10 upserts the merged full read against
 a ``pyarrow.dataset`` read of the same live rows written by ``pq.write_table`` (paired medians).
+``--set NAME=VALUE`` (repeatable) sets a table property of the long run's table, to measure what
+another setting trades, e.g. ``--set compaction.max-runs=20`` or ``--set write.compression=lz4``.
 
     python bench/pk.py [--rows 2000000] [--runs 3] [--no-deltalake] [--encodings auto|plain]
-                       [--long-upserts 50] [--long-only]
+                       [--long-upserts 50] [--long-only] [--set NAME=VALUE ...]
 """
 
 from __future__ import annotations
@@ -251,14 +253,16 @@ class LongRun:
     reads: list[tuple[int, float, float, float]] = field(default_factory=list)
 
 
-def long_run(root: Path, rows: int, upserts: int, runs: int, encodings: str) -> LongRun:
-    """``upserts`` upserts of ``rows / 10`` rows into ``rows`` rows, default settings."""
+def long_run(root: Path, rows: int, upserts: int, runs: int, encodings: str,
+             properties: dict[str, str] | None = None) -> LongRun:
+    """``upserts`` upserts of ``rows / 10`` rows into ``rows`` rows, default settings (but for
+    ``properties``)."""
     rng = np.random.default_rng(7)
     lake = al.connect(str(root / "long"))
     initial = rows_for(rng, rng.permutation(rows).astype(np.int64))
     table = lake.create_table("bench.long", initial.schema, primary_key=["region", "id"],
                               partition_by=["region"], buckets=4,
-                              properties={"write.encodings": encodings})
+                              properties={"write.encodings": encodings, **(properties or {})})
     table.upsert(initial)
     live = initial  # the rows a reader must see, kept up to date outside the timings
     del initial
@@ -301,13 +305,14 @@ def long_run(root: Path, rows: int, upserts: int, runs: int, encodings: str) -> 
     return out
 
 
-def print_long(rows: int, upserts: int, r: LongRun) -> None:
+def print_long(rows: int, upserts: int, r: LongRun, properties: dict[str, str]) -> None:
     each = statistics.median(r.upserts)
     worst = max(r.upserts)
     amp = r.compacted_written / r.upserted_bytes
     total, raw_total = sum(r.upserts), sum(r.raw_upserts)
-    print(f"long run: {rows:,} rows, then {upserts} upserts of {rows // 10:,} with default "
-          f"settings; {r.compactions} of them compacted (seconds)")
+    settings = ", ".join(f"{k}={v}" for k, v in properties.items()) or "default settings"
+    print(f"long run: {rows:,} rows, then {upserts} upserts of {rows // 10:,} with {settings}; "
+          f"{r.compactions} of them compacted (seconds)")
     table = [
         Row("upsert (median)", each, "pq.write_table zstd (median)",
             statistics.median(r.raw_upserts)),
@@ -383,15 +388,21 @@ def main() -> None:
     parser.add_argument("--long-upserts", type=int, default=50,
                         help="upserts of the long run (0: skip it)")
     parser.add_argument("--long-only", action="store_true", help="run only the long run")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help="a table property of the long run's table (repeatable)")
     args = parser.parse_args()
+    if any("=" not in item for item in args.set):
+        parser.error("--set takes NAME=VALUE")
+    properties = dict(item.split("=", 1) for item in args.set)
     runs = args.runs
     if args.long_only:
         root = Path(tempfile.mkdtemp(prefix="arrowlake-bench-pk-long-"))
         try:
-            long = long_run(root, args.rows, args.long_upserts, runs, args.encodings)
+            long = long_run(root, args.rows, args.long_upserts, runs, args.encodings,
+                            properties)
         finally:
             shutil.rmtree(root, ignore_errors=True)
-        print_long(args.rows, args.long_upserts, long)
+        print_long(args.rows, args.long_upserts, long, properties)
         return
     w = Workload.make(args.rows)
     n_live = w.live.num_rows
@@ -485,7 +496,7 @@ def main() -> None:
                     lambda: DeltaTable(paths[-1]).to_pyarrow_table(), runs)
                 assert dout.num_rows == n_live, (dout.num_rows, n_live)
                 delta_note = f"deltalake {deltalake.__version__}"
-        long = long_run(root, args.rows, args.long_upserts, runs, args.encodings) \
+        long = long_run(root, args.rows, args.long_upserts, runs, args.encodings, properties) \
             if args.long_upserts else None
         paimon_note = ("pypaimon: not measured (2.x pins pyarrow<20, pandas<3, polars<2); issue "
                        "reference: 58 s upserts, 57 s full read")
@@ -537,7 +548,7 @@ def main() -> None:
     print(paimon_note)
     print()
     if long is not None:
-        print_long(args.rows, args.long_upserts, long)
+        print_long(args.rows, args.long_upserts, long, properties)
         print()
     mb = 1 << 20
     print(f"{'peak memory of the full read (MiB)':44} {'arrow':>10} {'rss':>10} "
