@@ -290,6 +290,9 @@ class Database:
                 # Version 3 only adds a table (``create_all`` made it already, unless another
                 # process raced this one): nothing else changes.
                 t.consumers.create(conn, checkfirst=True)
+            if version <= 4:
+                # Version 5 only adds the deletion vectors' table.
+                t.vectors.create(conn, checkfirst=True)
             conn.execute(t.meta_info.update().where(t.meta_info.c.key == "version")
                          .values(value=str(t.SCHEMA_VERSION)))
 

@@ -33,9 +33,9 @@ from arrowlake.errors import ValidationError
 from arrowlake.expressions import AlwaysTrue, Expr, referenced_columns, to_arrow
 from arrowlake.io.storage import Storage
 from arrowlake.io.writer import write_batches
-from arrowlake.merge.runs import key_bounds_compare, key_range
+from arrowlake.merge.runs import KIND_COLUMN, key_bounds_compare, key_range
 from arrowlake.metastore.store import NewFile, TableRecord
-from arrowlake.table import changelog
+from arrowlake.table import changelog, sorted_runs
 from arrowlake.table import primary_key as pk
 from arrowlake.table.writes import (
     WriteResult,
@@ -141,7 +141,7 @@ def stage(target: WriteTarget, data: Any, mode: WriteMode = "append", *,
         plain = pa.Table.from_batches(batches, schema=target.schema) if batches \
             else target.schema.empty_table()
         rows = pk.with_kinds(plain, pk.RowKind.INSERT)
-    files = pk.write_runs(table, rows) if rows.num_rows else []
+    files = sorted_runs.write_runs(table, rows) if rows.num_rows else []
     return StagedWrite(tuple(files), rows.num_rows, order)
 
 
@@ -209,9 +209,9 @@ def _settle_repeated_keys(table: Table, staged: Sequence[StagedWrite]) -> list[N
         # Stages are in order and each stage's runs of one bucket hold unique keys: reading
         # them in sequence gives the versions in the order the merge engine resolves.
         rows = pa.concat_tables([_read_run(table, f, None) for _, f in runs])
-        rows = rows.rename_columns([pk.ROW_KIND if c == pk.KIND_COLUMN else c
+        rows = rows.rename_columns([pk.ROW_KIND if c == KIND_COLUMN else c
                                     for c in rows.column_names])
-        out.extend(pk.write_runs(table, rows))
+        out.extend(sorted_runs.write_runs(table, rows))
         replaced.extend(f for _, f in runs)
     if replaced:
         discard_staged(table, [StagedWrite(tuple(replaced), 0)])
