@@ -11,8 +11,12 @@ Any Arrow Flight client (C++, Java, Go, Rust, Python, ...) reads and writes tabl
   split's files; the server re-plans from it (plans are cached), so tickets stay valid across
   server restarts while the snapshot lives.
 - ``do_put(descriptor, stream)`` writes the stream in one commit: the command is JSON
-  ``{"table": "...", "mode": "append"}`` (or ``"upsert"``); a path appends. The server answers
-  with one metadata message, JSON ``{"snapshot_id": ..., "rows": ...}``.
+  ``{"table": "...", "mode": "append"}`` (or ``"upsert"``; optional ``"commit_id"`` makes the
+  put idempotent); a path appends. The server answers with one metadata message, JSON
+  ``{"snapshot_id": ..., "rows": ..., "duplicate": ...}``. A put commits all of its stream or
+  nothing: a stream that ends because the client cancelled, disconnected or ran out of time
+  (gRPC ends the server's reader cleanly then, and marks the call cancelled) commits nothing,
+  and the files written for it are deleted.
 - ``list_flights()`` lists the tables with their schemas; ``get_schema`` gives one.
 
 Optional bearer-token authentication (``Authorization: Bearer <token>``, tokens one per line
@@ -39,12 +43,13 @@ import pyarrow as pa
 from arrowlake.errors import ArrowlakeError, NotFound, SnapshotNotFound, ValidationError, require
 from arrowlake.lake import Lake
 from arrowlake.scan.split import Split
+from arrowlake.table import staged
 
 __all__ = ["DEFAULT_PORT", "ScanRequest", "read_tokens", "serve", "server"]
 
 DEFAULT_PORT = 8815
 _SCAN_KEYS = {"table", "filter", "columns", "snapshot", "split_bytes"}
-_PUT_KEYS = {"table", "mode"}
+_PUT_KEYS = {"table", "mode", "commit_id"}
 _PUT_MODES = ("append", "upsert")
 _PLAN_CACHE = 64  # plans kept for do_get
 
@@ -203,6 +208,43 @@ class _Plans:
         return pinned, scan.schema, splits
 
 
+def _put_request(descriptor: Any) -> tuple[str, str, str | None]:
+    """The table, write mode and commit id a ``do_put`` descriptor asks for."""
+    fl = _flight()
+    if descriptor.descriptor_type != fl.DescriptorType.CMD:
+        return _path_table(descriptor.path), "append", None
+    body = _json_object(descriptor.command, "write command", _PUT_KEYS)
+    mode = body.get("mode", "append")
+    if mode not in _PUT_MODES:
+        raise ValidationError(f"Unknown write mode {mode!r}; use one of {', '.join(_PUT_MODES)}")
+    return body["table"], mode, _optional(body, "commit_id", str)
+
+
+def _check_not_cancelled(context: Any) -> None:
+    if context.is_cancelled():
+        raise _flight().FlightCancelledError(
+            "The put was cancelled (the client disconnected, cancelled the call or ran past "
+            "its deadline) before its stream ended; nothing was committed")
+
+
+def _whole_stream(reader: Any, context: Any) -> Iterator[pa.RecordBatch]:
+    """The batches a ``do_put`` client sends, raising instead of ending if the stream is cut.
+
+    pyarrow's reader ends cleanly both when the client finishes its stream and when the call
+    dies under it (client killed, connection lost, deadline passed, call cancelled); only the
+    call's cancelled flag tells these apart. It was set by the time the read ended in every
+    trial (killed clients, expired deadlines), and it is checked again before the commit.
+    """
+    while True:
+        try:
+            chunk = reader.read_chunk()
+        except StopIteration:
+            _check_not_cancelled(context)
+            return
+        if chunk.data is not None:
+            yield chunk.data
+
+
 def _ticket(request: ScanRequest, split: Split) -> bytes:
     body = request.to_json()
     body["files"] = [f.file_id for f in split.files]
@@ -282,19 +324,28 @@ def _server_class() -> type:
 
         @_answering
         def do_put(self, context: Any, descriptor: Any, reader: Any, writer: Any) -> None:
-            if descriptor.descriptor_type == fl.DescriptorType.CMD:
-                body = _json_object(descriptor.command, "write command", _PUT_KEYS)
-                name, mode = body["table"], body.get("mode", "append")
-            else:
-                name, mode = _path_table(descriptor.path), "append"
-            if mode not in _PUT_MODES:
-                raise ValidationError(f"Unknown write mode {mode!r}; use one of "
-                                      f"{', '.join(_PUT_MODES)}")
+            name, mode, commit_id = _put_request(descriptor)
             table = self.lake.table(name)
-            stream = reader.to_reader()
-            result = table.upsert(stream) if mode == "upsert" else table.append(stream)
-            answer = {"snapshot_id": result.snapshot_id,
-                      "rows": result.added_rows, "table": table.name}
+            table._check_write(commit_id)
+            if mode == "upsert" and not table.primary_key:
+                raise ValidationError(f"Write mode 'upsert' needs a table with a primary key; "
+                                      f"'{table.name}' has none. Use 'append'")
+            batches = _whole_stream(reader, context)
+            if table.primary_key:
+                # Runs are sorted, so an upsert holds its input anyway: take it all, then write.
+                rows = pa.Table.from_batches(list(batches), schema=reader.schema)
+                _check_not_cancelled(context)
+                result = table.upsert(rows, commit_id=commit_id)
+            else:
+                target = staged.write_target(table)
+                stage = staged.stage(target, pa.RecordBatchReader.from_batches(
+                    reader.schema, batches))  # deletes what it wrote if the stream breaks
+                if context.is_cancelled():
+                    staged.discard_staged(target, [stage])
+                    _check_not_cancelled(context)
+                result = staged.commit_staged(table, [stage], commit_id=commit_id)
+            answer = {"snapshot_id": result.snapshot_id, "rows": result.added_rows,
+                      "duplicate": result.duplicate, "table": table.name}
             writer.write(pa.py_buffer(json.dumps(answer).encode()))
 
         @_answering

@@ -8,8 +8,10 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -256,3 +258,106 @@ def test_tls_with_a_certificate(tmp_path):
                 fl.FlightDescriptor.for_path("shop.events"))
     finally:
         assert server.stop() == 0
+
+
+# -- issue 20 -------------------------------------------------------------------------------------
+
+
+def _data_files(lake_dir: Path, name: str) -> list[Path]:
+    with al.connect(lake_dir) as lake:
+        return sorted(Path(lake.table(name).location).rglob("*.parquet"))
+
+
+def _wait_until(condition: Any, seconds: float = 15.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+_STREAMING_CLIENT = """
+import sys, time, pyarrow as pa, pyarrow.flight as fl
+location, token, command = sys.argv[1:4]
+client = fl.connect(location)
+options = fl.FlightCallOptions(headers=[(b"authorization", f"Bearer {token}".encode())])
+schema = pa.schema([("id", pa.int64())])
+writer, _ = client.do_put(fl.FlightDescriptor.for_command(command.encode()), schema, options)
+for i in range(5):
+    writer.write_batch(pa.record_batch({"id": list(range(i * 1000, i * 1000 + 1000))},
+                                       schema=schema))
+print("sent", flush=True)
+time.sleep(600)  # stalls until killed, without ending its stream
+"""
+
+
+def test_a01_interrupted_put_commits_nothing(served):
+    lake_dir, server = served
+    name = "shop.put_killed"
+    with al.connect(lake_dir) as lake:  # every batch is flushed to its file as it arrives
+        lake.create_table(name, pa.schema([("id", pa.int64())]),
+                          properties={"write.buffer-size": "1"})
+    client = subprocess.Popen(
+        [sys.executable, "-c", _STREAMING_CLIENT, server.location, TOKEN,
+         json.dumps({"table": name})], stdout=subprocess.PIPE, text=True, env=_env())
+    try:
+        assert client.stdout is not None and client.stdout.readline().strip() == "sent"
+        assert _wait_until(lambda: _data_files(lake_dir, name))  # the put's files, uncommitted
+    finally:
+        client.kill()
+        client.wait()
+    # The server sees its stream end with the call cancelled: it deletes what it wrote.
+    assert _wait_until(lambda: not _data_files(lake_dir, name)), _data_files(lake_dir, name)
+    time.sleep(0.3)
+    with al.connect(lake_dir) as lake:
+        assert lake.table(name).snapshots().num_rows == 0
+    assert server.process.poll() is None
+
+
+def test_a01_a_put_past_its_deadline_commits_nothing(served):
+    lake_dir, server = served
+    client = server.client()
+    schema = pa.schema([("id", pa.int64())])
+    with al.connect(lake_dir) as lake:
+        lake.create_table("shop.put_late", schema, properties={"write.buffer-size": "1"})
+        lake.create_table("shop.put_late_keyed", schema, primary_key=["id"], buckets=1)
+    for name in ("shop.put_late", "shop.put_late_keyed"):
+        options = fl.FlightCallOptions(timeout=1.0, headers=AUTH.headers)
+        writer, _ = client.do_put(_command(table=name), schema, options)
+        with pytest.raises(fl.FlightError):  # the client learns that its put failed ...
+            for i in range(40):
+                writer.write_batch(pa.record_batch({"id": [i]}, schema=schema))
+                time.sleep(0.05)
+            writer.done_writing()
+            writer.close()
+        # ... and it did: nothing is committed, the files it wrote are deleted.
+        assert _wait_until(lambda name=name: not _data_files(lake_dir, name)), name
+        time.sleep(0.5)
+        with al.connect(lake_dir) as lake:
+            assert lake.table(name).snapshots().num_rows == 0, name
+
+
+def test_a01_a_put_retried_with_its_commit_id_is_written_once(served):
+    lake_dir, server = served
+    client = server.client()
+    data = events_data(0, 120)
+    with al.connect(lake_dir) as lake:
+        lake.create_table("shop.sink_once", EVENTS_SCHEMA)
+    answers = []
+    for _ in range(2):
+        writer, reader = client.do_put(_command(table="shop.sink_once", commit_id="load-7"),
+                                       data.schema, AUTH)
+        writer.write_table(data)
+        writer.done_writing()
+        answers.append(json.loads(reader.read().to_pybytes()))
+        writer.close()
+    assert [(a["rows"], a["duplicate"]) for a in answers] == [(120, False), (0, True)]
+    assert answers[0]["snapshot_id"] == answers[1]["snapshot_id"]
+    with al.connect(lake_dir) as lake:
+        assert lake.table("shop.sink_once").count() == 120
+    with pytest.raises(fl.FlightServerError, match="commit_id"):
+        writer, _ = client.do_put(_command(table="shop.sink_once", commit_id=7), data.schema,
+                                  AUTH)
+        writer.write_table(data)
+        writer.close()
