@@ -34,7 +34,7 @@ import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
@@ -70,6 +70,10 @@ class ScanRequest:
     columns: tuple[str, ...] | None = None
     snapshot: int | None = None
     split_bytes: int | None = None
+
+    def column_list(self) -> list[str] | None:
+        """The projection as ``scan`` takes it: ``[]`` is rows without columns, None all."""
+        return None if self.columns is None else list(self.columns)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"table": self.table}
@@ -180,29 +184,36 @@ def _streamed(split: Split) -> Iterator[pa.RecordBatch]:
 
 
 class _Plans:
-    """Planned scans by request, for ``do_get`` (least recently used are dropped)."""
+    """Planned splits, for ``do_get`` (least recently used are dropped).
+
+    Keyed by table id, never reused, and not by name: a table dropped and created again
+    under its name restarts snapshot ids. Each call still resolves the table and its snapshot
+    (``Table.scan`` raises ``TableNotFound`` and ``SnapshotNotFound``: metadata lookups), so
+    the cache only saves listing and pruning the files.
+    """
 
     def __init__(self, lake: Lake, size: int = _PLAN_CACHE) -> None:
         self.lake = lake
         self.size = size
-        self._plans: OrderedDict[ScanRequest, tuple[pa.Schema, list[Split]]] = OrderedDict()
+        self._plans: OrderedDict[tuple[int, ScanRequest], list[Split]] = OrderedDict()
         self._lock = threading.Lock()
 
     def plan(self, request: ScanRequest) -> tuple[ScanRequest, pa.Schema, list[Split]]:
         """The request pinned to a snapshot, the scan's schema and its splits."""
-        with self._lock:
-            if request.snapshot is not None and request in self._plans:
-                self._plans.move_to_end(request)
-                return (request, *self._plans[request])
         table = self.lake.table(request.table)
-        scan = table.scan(request.filter, list(request.columns) if request.columns else None,
-                          snapshot=request.snapshot)
-        pinned = request if scan.snapshot_id is None else \
-            ScanRequest(request.table, request.filter, request.columns, scan.snapshot_id,
-                        request.split_bytes)
+        scan = table.scan(request.filter, request.column_list(), snapshot=request.snapshot)
+        pinned = replace(request, snapshot=scan.snapshot_id)
+        if pinned.snapshot is None:  # no snapshot yet: nothing to cache
+            return pinned, scan.schema, scan.plan(request.split_bytes)
+        key = (table._record.table_id, pinned)
+        with self._lock:
+            splits = self._plans.get(key)
+            if splits is not None:
+                self._plans.move_to_end(key)
+                return pinned, scan.schema, splits
         splits = scan.plan(request.split_bytes)
         with self._lock:
-            self._plans[pinned] = (scan.schema, splits)
+            self._plans[key] = splits
             while len(self._plans) > self.size:
                 self._plans.popitem(last=False)
         return pinned, scan.schema, splits
@@ -299,8 +310,7 @@ def _server_class() -> type:
         def get_schema(self, context: Any, descriptor: Any) -> Any:
             request = self._request(descriptor)
             table = self.lake.table(request.table)
-            scan = table.scan(request.filter, list(request.columns) if request.columns else None,
-                              snapshot=request.snapshot)
+            scan = table.scan(request.filter, request.column_list(), snapshot=request.snapshot)
             return fl.SchemaResult(scan.schema)
 
         @_answering

@@ -361,3 +361,50 @@ def test_a01_a_put_retried_with_its_commit_id_is_written_once(served):
                                   AUTH)
         writer.write_table(data)
         writer.close()
+
+
+def test_a02_a_table_created_again_under_its_name_is_read_not_the_dropped_one(served):
+    lake_dir, server = served
+    client = server.client()
+    schema = pa.schema([("id", pa.int64()), ("who", pa.string())])
+    with al.connect(lake_dir) as lake:
+        old = lake.create_table("shop.reborn", schema)
+        first = old.append({"id": [1, 2, 3], "who": ["old"] * 3}).snapshot_id
+    stale = client.get_flight_info(_command(table="shop.reborn", snapshot=first), AUTH)
+    assert _read(client, _command(table="shop.reborn", snapshot=first))["who"].to_pylist() \
+        == ["old"] * 3
+    with al.connect(lake_dir) as lake:
+        lake.drop_table("shop.reborn")
+        new = lake.create_table("shop.reborn", schema)
+        assert new.append({"id": [10], "who": ["new"]}).snapshot_id == first
+    got = _read(client, _command(table="shop.reborn", snapshot=first))
+    assert got.to_pydict() == {"id": [10], "who": ["new"]}
+    for endpoint in stale.endpoints:  # the old table's tickets do not read the new table
+        with pytest.raises(fl.FlightServerError, match="SnapshotNotFound"):
+            client.do_get(endpoint.ticket, AUTH).read_all()
+    # An expired snapshot is not served from the plans cached for it.
+    fresh = client.get_flight_info(_command(table="shop.reborn", snapshot=first), AUTH)
+    with al.connect(lake_dir) as lake:
+        table = lake.table("shop.reborn")
+        table.overwrite({"id": [11], "who": ["newer"]})
+        table.expire_snapshots()
+    with pytest.raises(fl.FlightServerError, match="SnapshotNotFound") as info:
+        _read(client, _command(table="shop.reborn", snapshot=first))
+    assert info.value.extra_info == b"SnapshotNotFound"
+    for endpoint in fresh.endpoints:
+        with pytest.raises(fl.FlightServerError, match="SnapshotNotFound"):
+            client.do_get(endpoint.ticket, AUTH).read_all()
+
+
+def test_a10_empty_columns_give_the_rows_without_columns(served):
+    lake_dir, server = served
+    client = server.client()
+    descriptor = _command(table="shop.events", columns=[])
+    with al.connect(lake_dir) as lake:
+        rows = lake.table("shop.events").count()
+    info = client.get_flight_info(descriptor, AUTH)
+    assert info.schema.names == []
+    assert client.get_schema(descriptor, AUTH).schema.names == []
+    parts = [client.do_get(ep.ticket, AUTH).read_all() for ep in info.endpoints]
+    assert {p.column_names == [] for p in parts} == {True}
+    assert sum(p.num_rows for p in parts) == rows  # (concat_tables drops rows of no columns)
