@@ -27,9 +27,12 @@ calls finish, new ones are refused.
 
 from __future__ import annotations
 
+import errno
 import hmac
 import json
 import signal
+import socket
+import ssl
 import sys
 import threading
 from collections import OrderedDict
@@ -133,7 +136,11 @@ def _path_table(path: Sequence[bytes | str]) -> str:
 
 def read_tokens(path: str | Path) -> list[str]:
     """The bearer tokens in a file: one per line; blank lines and ``#`` comments are skipped."""
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        raise ValidationError(f"The token file {str(path)!r} is not UTF-8 text (byte "
+                              f"{exc.start}): write one token per line as text") from None
     tokens = [line.strip() for line in lines if line.strip() and not line.strip().startswith("#")]
     if not tokens:
         raise ValidationError(f"The token file {str(path)!r} holds no tokens (one per line)")
@@ -383,8 +390,44 @@ def server(lake: Lake, host: str = "127.0.0.1", port: int = DEFAULT_PORT, *,
     if tls_cert is not None and tls_key is not None:
         certificates = [(Path(tls_cert).read_bytes(), Path(tls_key).read_bytes())]
         scheme = "grpc+tls"
-    return _server_class()(lake, f"{scheme}://{host}:{port}", tokens=tokens,
-                           tls_certificates=certificates)
+    try:
+        return _server_class()(lake, f"{scheme}://{host}:{port}", tokens=tokens,
+                               tls_certificates=certificates)
+    except pa.ArrowException as exc:  # gRPC logs the cause; pyarrow says "did not start"
+        raise ArrowlakeError(_why_not_started(host, port, tls_cert, tls_key, exc)) from None
+
+
+def _why_not_started(host: str, port: int, tls_cert: str | Path | None,
+                     tls_key: str | Path | None, exc: Exception) -> str:
+    """Why a Flight server could not start, found out again with the standard library."""
+    where = f"{host}:{port}"
+    if tls_cert is not None and tls_key is not None:
+        try:
+            ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(
+                tls_cert, tls_key, password="")  # never prompt for an encrypted key's password
+        except ssl.SSLError as err:
+            why = "the key does not match the certificate" \
+                if err.reason == "KEY_VALUES_MISMATCH" else f"{err.reason or err}"
+            return (f"Cannot serve TLS with certificate {str(tls_cert)!r} and key "
+                    f"{str(tls_key)!r}: {why} (both must be PEM, the key the certificate's "
+                    "and not encrypted)")
+    try:
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as err:
+        return (f"Cannot listen on {where}: the host {host!r} is not an address of this "
+                f"machine ({err}); use 127.0.0.1, 0.0.0.0 or one of its addresses")
+    except OverflowError:
+        return f"Cannot listen on {where}: ports go from 0 to 65535"
+    for family, kind, proto, _, address in addresses:
+        with socket.socket(family, kind, proto) as probe:
+            try:
+                probe.bind(address)
+            except OSError as err:
+                if err.errno == errno.EADDRINUSE:
+                    return (f"Cannot listen on {where}: the port is in use (another server?); "
+                            "choose another --port, or 0 for a free one")
+                return f"Cannot listen on {where}: {err.strerror}"
+    return f"Cannot serve on {where}: {exc}"
 
 
 def serve(lake: Lake, host: str = "127.0.0.1", port: int = DEFAULT_PORT, *,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -408,3 +409,37 @@ def test_a10_empty_columns_give_the_rows_without_columns(served):
     parts = [client.do_get(ep.ticket, AUTH).read_all() for ep in info.endpoints]
     assert {p.column_names == [] for p in parts} == {True}
     assert sum(p.num_rows for p in parts) == rows  # (concat_tables drops rows of no columns)
+
+
+def _serve_process(lake_dir: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "arrowlake.cli.main", "--lake", str(lake_dir),
+                           "serve", *extra], capture_output=True, text=True, timeout=60,
+                          env=_env())
+
+
+def _one_error_line(done: subprocess.CompletedProcess[str]) -> str:
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    (line,) = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    return line
+
+
+def test_a03_serve_reports_a_port_in_use_a_wrong_key_and_a_binary_token_file(tmp_path):
+    lake_dir = tmp_path / "lake"
+    al.connect(lake_dir).close()
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        line = _one_error_line(_serve_process(lake_dir, "--port", str(port)))
+    assert f"127.0.0.1:{port}" in line and "in use" in line
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    cert, _ = _self_signed(tmp_path / "a")
+    _, other_key = _self_signed(tmp_path / "b")
+    line = _one_error_line(_serve_process(lake_dir, "--port", "0", "--tls-cert", str(cert),
+                                          "--tls-key", str(other_key)))
+    assert str(cert) in line and str(other_key) in line and "does not match" in line
+    tokens = tmp_path / "tokens.bin"
+    tokens.write_bytes(b"\xff\xfe\x00secret\n")
+    line = _one_error_line(_serve_process(lake_dir, "--port", "0", "--token-file", str(tokens)))
+    assert str(tokens) in line and "UTF-8" in line
