@@ -21,8 +21,9 @@ Any Arrow Flight client (C++, Java, Go, Rust, Python, ...) reads and writes tabl
 
 Optional bearer-token authentication (``Authorization: Bearer <token>``, tokens one per line
 in a file), TLS with a certificate and key, and errors that reach the client as Flight errors
-carrying arrowlake's message. SIGTERM and SIGINT shut the server down gracefully: running
-calls finish, new ones are refused.
+carrying arrowlake's message. SIGTERM and SIGINT shut the server down gracefully: new calls
+are refused and running ones have a grace period to finish; calls still open after it, or when
+a second signal comes, are cancelled by exiting the process.
 """
 
 from __future__ import annotations
@@ -30,11 +31,13 @@ from __future__ import annotations
 import errno
 import hmac
 import json
+import os
 import signal
 import socket
 import ssl
 import sys
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -51,6 +54,7 @@ from arrowlake.table import staged
 __all__ = ["DEFAULT_PORT", "ScanRequest", "read_tokens", "serve", "server"]
 
 DEFAULT_PORT = 8815
+DEFAULT_SHUTDOWN_TIMEOUT = 30.0  # seconds running calls get after SIGTERM/SIGINT
 _SCAN_KEYS = {"table", "filter", "columns", "snapshot", "split_bytes"}
 _PUT_KEYS = {"table", "mode", "commit_id"}
 _PUT_MODES = ("append", "upsert")
@@ -432,27 +436,65 @@ def _why_not_started(host: str, port: int, tls_cert: str | Path | None,
 
 def serve(lake: Lake, host: str = "127.0.0.1", port: int = DEFAULT_PORT, *,
           tokens: Sequence[str] | None = None, tls_cert: str | Path | None = None,
-          tls_key: str | Path | None = None, out: TextIO | None = None) -> None:
+          tls_key: str | Path | None = None, out: TextIO | None = None,
+          shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT) -> None:
     """Serve ``lake`` until SIGTERM or SIGINT, then shut down gracefully.
 
-    The first line written to ``out`` (stdout) is the location clients connect to.
+    The first line written to ``out`` (stdout) is the location clients connect to. After the
+    signal new calls are refused and running ones get ``shutdown_timeout`` seconds to finish;
+    if some are still open then, or a second SIGTERM/SIGINT arrives, the process exits at once
+    (``os._exit``: status 1, or 128 + the signal), which cancels them. pyarrow offers no other
+    way to end a call whose client stalls.
     """
+    if not 0 <= shutdown_timeout < float("inf"):
+        raise ValidationError(f"The shutdown timeout must be 0 s or more, and finite; got "
+                              f"{shutdown_timeout}")
     running = server(lake, host, port, tokens=tokens, tls_cert=tls_cert, tls_key=tls_key)
-    scheme = "grpc+tls" if tls_cert is not None else "grpc"
-    out = out if out is not None else sys.stdout
-    out.write(f"{scheme}://{host}:{running.port}\n")
-    out.flush()
-    stop = threading.Event()
+    received: list[int] = []
 
     def on_signal(signum: int, frame: Any) -> None:
-        stop.set()
+        received.append(signum)
+        if len(received) > 1:
+            _exit_now(f"a second signal ({signal.Signals(signum).name}): exiting at once, "
+                      "cancelling the calls still running", 128 + signum)
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
-        while not stop.wait(0.2):
-            pass
+        scheme = "grpc+tls" if tls_cert is not None else "grpc"
+        out = out if out is not None else sys.stdout
+        out.write(f"{scheme}://{host}:{running.port}\n")
+        out.flush()
+        # Short waits: a signal that lands on one of gRPC's threads is only handled when the
+        # main thread wakes up.
+        while not received:
+            time.sleep(0.2)
+        sys.stderr.write(f"arrowlake serve: shutting down; running calls have "
+                         f"{shutdown_timeout:g} s to finish (a second signal exits at once)\n")
+        sys.stderr.flush()
     finally:
-        running.shutdown()  # refuses new calls, waits for running ones
+        closing = threading.Thread(target=running.shutdown, name="flight-shutdown",
+                                   daemon=True)  # refuses new calls, waits for running ones
+        closing.start()
+        deadline = time.monotonic() + shutdown_timeout
+        while True:
+            closing.join(min(0.2, max(0.01, deadline - time.monotonic())))
+            if not closing.is_alive() or time.monotonic() >= deadline:
+                break
+        if closing.is_alive():
+            _exit_now(f"calls still running {shutdown_timeout:g} s after the signal "
+                      "(--shutdown-timeout): exiting, which cancels them", 1)
         running.wait()
         for s, handler in previous.items():
             signal.signal(s, handler)
+
+
+def _exit_now(why: str, status: int) -> None:
+    """Leave the process at once: the only way to end calls that do not finish."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is sys.stderr:
+                stream.write(f"arrowlake serve: {why}\n")
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(status)

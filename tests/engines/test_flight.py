@@ -443,3 +443,59 @@ def test_a03_serve_reports_a_port_in_use_a_wrong_key_and_a_binary_token_file(tmp
     tokens.write_bytes(b"\xff\xfe\x00secret\n")
     line = _one_error_line(_serve_process(lake_dir, "--port", "0", "--token-file", str(tokens)))
     assert str(tokens) in line and "UTF-8" in line
+
+
+def _stalled_put(server: Server, table: str) -> fl.FlightStreamWriter:
+    client = server.client()
+    writer, _ = client.do_put(_command(table=table), pa.schema([("id", pa.int64())]))
+    writer.write_batch(pa.record_batch({"id": [1]}))
+    return writer
+
+
+def test_a12_serve_cancels_calls_still_open_after_the_shutdown_timeout(tmp_path):
+    lake_dir = tmp_path / "lake"
+    with al.connect(lake_dir) as lake:
+        lake.create_table("s.t", pa.schema([("id", pa.int64())]))
+    server = Server(lake_dir, "--shutdown-timeout", "1s")
+    writer = _stalled_put(server, "s.t")
+    time.sleep(0.3)
+    server.process.send_signal(signal.SIGTERM)
+    started = time.monotonic()
+    assert server.process.wait(timeout=20) == 1
+    assert time.monotonic() - started >= 0.9  # the grace period was given
+    assert "--shutdown-timeout" in server.process.stderr.read()
+    with al.connect(lake_dir) as lake:
+        assert lake.table("s.t").snapshots().num_rows == 0
+    del writer
+
+
+def test_a12_a_second_signal_stops_serve_at_once(tmp_path):
+    lake_dir = tmp_path / "lake"
+    with al.connect(lake_dir) as lake:
+        lake.create_table("s.t", pa.schema([("id", pa.int64())]))
+    server = Server(lake_dir)  # the default grace: 30 s
+    writer = _stalled_put(server, "s.t")
+    time.sleep(0.3)
+    server.process.send_signal(signal.SIGTERM)
+    time.sleep(0.5)
+    assert server.process.poll() is None  # waiting for the put
+    server.process.send_signal(signal.SIGINT)
+    assert server.process.wait(timeout=10) == 128 + signal.SIGINT
+    del writer
+
+
+def test_serve_lets_a_running_put_finish_after_sigterm(tmp_path):
+    lake_dir = tmp_path / "lake"
+    with al.connect(lake_dir) as lake:
+        lake.create_table("s.t", pa.schema([("id", pa.int64())]))
+    server = Server(lake_dir)
+    writer = _stalled_put(server, "s.t")
+    time.sleep(0.3)
+    server.process.send_signal(signal.SIGTERM)
+    time.sleep(0.5)
+    writer.write_batch(pa.record_batch({"id": [2]}))
+    writer.done_writing()
+    writer.close()
+    assert server.process.wait(timeout=20) == 0
+    with al.connect(lake_dir) as lake:
+        assert sorted(lake.table("s.t").to_arrow()["id"].to_pylist()) == [1, 2]
