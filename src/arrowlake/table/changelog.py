@@ -500,6 +500,9 @@ def _lookup(table: Table, view: TableView, base: int | None,
     new_seq = (base or 0) + 1
     # The touched first-key values of each unit, and over all of them their range.
     touched: dict[_Unit, Any] = {}
+    # A run of no rows (a batch of retractions that the engine drops: first-row, ignore-delete)
+    # touches no key.
+    new = [(unit, run) for unit, run in new if run.rows.num_rows]
     for unit, run in new:
         touched.setdefault(unit, []).append(run)
     new_rows: dict[_Unit, DecodedRun] = {}
