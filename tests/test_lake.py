@@ -121,3 +121,14 @@ def test_newer_metastore_version_is_refused(tmp_path):
     lake.close()
     with pytest.raises(MetastoreError, match="upgrade arrowlake"):
         al.connect(tmp_path / "lake")
+
+
+def test_partition_by_and_primary_key_accept_none_and_refuse_other_types(tmp_path):
+    lake = al.connect(tmp_path / "lake")
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("v", pa.string())])
+    plain = lake.create_table("s.plain", schema, partition_by=None, primary_key=None)
+    assert plain.primary_key == [] and plain.partition_by == []
+    with pytest.raises(al.ValidationError, match="partition_by must be a column name"):
+        lake.create_table("s.bad", schema, partition_by=3)
+    assert not lake.table_exists("s.bad")
+    lake.close()

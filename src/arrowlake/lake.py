@@ -145,8 +145,8 @@ class Lake:
         name: str,
         schema: pa.Schema,
         *,
-        partition_by: Sequence[str] = (),
-        primary_key: Sequence[str] = (),
+        partition_by: Sequence[str] | str | None = (),
+        primary_key: Sequence[str] | str | None = (),
         buckets: int | None = None,
         properties: Mapping[str, Any] | None = None,
         location: str | None = None,
@@ -161,8 +161,8 @@ class Lake:
             raise ValidationError(f"schema must be a pyarrow.Schema, got {type(schema).__name__}")
         validate_schema(schema)
         schema = schema_without_views(schema)
-        partition_by = [partition_by] if isinstance(partition_by, str) else list(partition_by)
-        primary_key = [primary_key] if isinstance(primary_key, str) else list(primary_key)
+        partition_by = _column_list("partition_by", partition_by)
+        primary_key = _column_list("primary_key", primary_key)
         _check_partition_by(schema, partition_by)
         props = {str(k): str(v) for k, v in (properties or {}).items()}
         if primary_key or options:
@@ -273,3 +273,15 @@ def connect(uri: str | os.PathLike[str], *, warehouse: str | None = None,
         url = f"sqlite:///{os.path.join(path, 'arrowlake.db')}"
         wh = warehouse or path
     return Lake(Metastore(url, commit_retries=commit_retries), wh, storage_options)
+
+
+def _column_list(what: str, columns: object) -> list[str]:
+    """``None``, one column name or a sequence of names, as a list of names."""
+    if columns is None:
+        return []
+    if isinstance(columns, str):
+        return [columns]
+    if isinstance(columns, (list, tuple)) and all(isinstance(c, str) for c in columns):
+        return list(columns)
+    raise ValidationError(
+        f"{what} must be a column name or a list of column names, got {columns!r}")

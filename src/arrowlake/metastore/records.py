@@ -9,18 +9,54 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import pyarrow as pa
 
 from arrowlake.errors import (
     InvalidName,
+    SnapshotNotFound,
     ValidationError,
 )
+
+#: Snapshot ids are the metastore's 64-bit signed integers.
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def epoch_ms(at: object, what: str) -> int:
+    """Milliseconds since the epoch of ``at``, the unit commit times are stored in.
+
+    A naive datetime is local time, as :meth:`datetime.timestamp` and ``datetime.now()`` take
+    it; an aware one is converted from its zone. Anything else is a :class:`ValidationError`
+    naming ``what`` (the argument it came from).
+    """
+    if not isinstance(at, datetime):
+        raise ValidationError(f"{what} must be a datetime, got {type(at).__name__} {at!r}")
+    try:
+        return int(at.timestamp() * 1000)
+    except (OverflowError, OSError, ValueError) as exc:
+        raise ValidationError(f"{what} {at!r} is out of the range of commit times: {exc}") \
+            from None
+
+
+def check_snapshot_id(snapshot_id: object) -> int:
+    """``snapshot_id`` as an int if it can name a snapshot: an int (not a bool) in the 64-bit
+    range the metastore stores; past that range no snapshot exists (:class:`SnapshotNotFound`,
+    as for any id never committed), and a value of another type is a
+    :class:`ValidationError`."""
+    if isinstance(snapshot_id, bool) or not isinstance(snapshot_id, int):
+        raise ValidationError(
+            f"A snapshot id must be an integer, got {type(snapshot_id).__name__} "
+            f"{snapshot_id!r}")
+    if not _INT64_MIN <= snapshot_id <= _INT64_MAX:
+        raise SnapshotNotFound(
+            f"Snapshot {snapshot_id} does not exist: snapshot ids are 64-bit integers")
+    return int(snapshot_id)
 
 
 #: Longest namespace, table or tag name and commit id the metastore columns hold.

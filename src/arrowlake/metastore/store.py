@@ -41,6 +41,7 @@ from arrowlake.metastore.records import (
     TableRecord,
     check_commit_id,
     check_name,
+    check_snapshot_id,
     now_ms,
     rows_to_table,
 )
@@ -292,6 +293,7 @@ class Metastore(Commits, Streams):
         return table.set_column(3, pa.field("committed_at", committed.type), committed)
 
     def snapshot(self, table_id: int, snapshot_id: int) -> dict[str, Any]:
+        snapshot_id = check_snapshot_id(snapshot_id)
         with self._read() as conn:
             row = conn.execute(sa.select(t.snapshots).where(
                 (t.snapshots.c.table_id == table_id)
@@ -338,6 +340,7 @@ class Metastore(Commits, Streams):
 
     def create_tag(self, table_id: int, name: str, snapshot_id: int) -> None:
         check_name("tag", name)
+        snapshot_id = check_snapshot_id(snapshot_id)
         try:
             with self._write() as conn:
                 self._lock_table(conn, table_id)

@@ -53,6 +53,7 @@ from arrowlake.expressions import (
 )
 from arrowlake.merge.runs import KIND_COLUMN, KIND_FIELD
 from arrowlake.metastore import signals
+from arrowlake.metastore.records import epoch_ms
 from arrowlake.metastore.store import check_name
 from arrowlake.scan.adapters import adapter
 from arrowlake.scan.planning import (
@@ -255,8 +256,7 @@ class Stream:
             self._full_at = earliest
             return earliest
         if isinstance(start, datetime):
-            at = start if start.tzinfo is not None else start.replace(tzinfo=UTC)
-            at_ms = int(at.timestamp() * 1000)
+            at_ms = epoch_ms(start, "start")
             earliest = ms.earliest_snapshot_id(tid)
             if earliest is not None:
                 first = ms.snapshot(tid, earliest)

@@ -5,13 +5,14 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 import pyarrow.compute as pc
 
 from arrowlake.errors import ValidationError
 from arrowlake.io.storage import FileInfo, Storage, is_within, normalize_location
+from arrowlake.metastore.records import epoch_ms
 from arrowlake.metastore.store import Metastore
 from arrowlake.table import changelog
 
@@ -78,9 +79,7 @@ def _cutoff_ms(older_than: datetime | timedelta | None) -> int | None:
     if isinstance(older_than, timedelta):
         return int((time.time() - older_than.total_seconds()) * 1000)
     if isinstance(older_than, datetime):
-        if older_than.tzinfo is None:
-            older_than = older_than.replace(tzinfo=UTC)
-        return int(older_than.timestamp() * 1000)
+        return epoch_ms(older_than, "older_than")
     raise ValidationError(
         f"older_than must be a datetime or timedelta, got {type(older_than).__name__}")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
@@ -12,6 +12,7 @@ import pyarrow as pa
 from arrowlake.errors import ReadOnlyLake, ValidationError
 from arrowlake.expressions import Expr, to_arrow, to_expression
 from arrowlake.io.stats import decode_values, stats_table
+from arrowlake.metastore.records import epoch_ms
 from arrowlake.metastore.store import check_commit_id
 from arrowlake.scan.planning import TableView
 from arrowlake.scan.scan import Scan
@@ -219,9 +220,7 @@ class Table:
             self._metastore.snapshot(table_id, snapshot)  # raises SnapshotNotFound
             return snapshot
         if as_of is not None:
-            if as_of.tzinfo is None:
-                as_of = as_of.replace(tzinfo=UTC)
-            return self._metastore.snapshot_as_of(table_id, int(as_of.timestamp() * 1000))
+            return self._metastore.snapshot_as_of(table_id, epoch_ms(as_of, "as_of"))
         if tag is not None:
             return self._metastore.tag(table_id, tag)
         return self.current_snapshot_id

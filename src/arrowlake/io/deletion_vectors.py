@@ -1,0 +1,99 @@
+"""Deletion vectors: the positions of a data file's rows that later writes replaced or deleted.
+
+A vector is stored in Iceberg's ``deletion-vector-v1`` form, the same bytes as Delta's and
+Paimon's 64-bit vectors, so other engines can read them:
+
+- 4 bytes, big-endian: the length of the magic and the bitmap together;
+- the magic ``D1 D3 39 64``;
+- the positions as a roaring bitmap in the portable 64-bit layout (8-byte little-endian
+  count of 32-bit bitmaps, then each one's 4-byte key and its 32-bit portable roaring
+  bitmap), which is what :meth:`pyroaring.BitMap64.serialize` writes;
+- 4 bytes, big-endian: CRC-32 of the magic and the bitmap.
+
+Small vectors live in the metastore as these bytes; larger ones are blobs of Puffin files
+(:mod:`arrowlake.io.puffin`). Reading a file with a vector keeps the rows whose position is
+not in it: :func:`keep_mask` gives the mask for a range of positions, computed in numpy.
+"""
+
+from __future__ import annotations
+
+import array
+import struct
+import zlib
+from collections.abc import Iterable
+
+import numpy as np
+import pyarrow as pa
+from pyroaring import BitMap64
+
+from arrowlake.errors import DataFileError
+
+#: Iceberg's magic for a ``deletion-vector-v1`` blob.
+MAGIC = b"\xd1\xd3\x39\x64"
+#: The Puffin blob type of a deletion vector.
+BLOB_TYPE = "deletion-vector-v1"
+#: Length prefix + magic + an empty bitmap (8-byte count) + CRC.
+_MIN_LENGTH = 4 + len(MAGIC) + 8 + 4
+
+
+def vector_of(positions: Iterable[int] | np.ndarray | pa.Array) -> BitMap64:
+    """A vector holding ``positions`` (row numbers within one file, from 0)."""
+    if isinstance(positions, (pa.Array, pa.ChunkedArray)):
+        positions = positions.to_numpy(zero_copy_only=False)
+    values = np.asarray(positions)
+    if values.size and values.min() < 0:
+        raise ValueError("Row positions are never negative")
+    # pyroaring builds fastest from an array.array of uint64, not from numpy or an iterable.
+    buffer = array.array("Q")
+    buffer.frombytes(np.ascontiguousarray(values, dtype=np.uint64).tobytes())
+    return BitMap64(buffer)
+
+
+def positions_of(vector: BitMap64) -> np.ndarray:
+    """The vector's positions, ascending, as a uint64 numpy array (no per-position Python)."""
+    return np.frombuffer(vector.to_array(), dtype=np.uint64)
+
+
+def encode(vector: BitMap64) -> bytes:
+    """``vector`` as a ``deletion-vector-v1`` blob."""
+    vector.run_optimize()
+    body = MAGIC + vector.serialize()
+    return struct.pack(">I", len(body)) + body + struct.pack(">I", zlib.crc32(body))
+
+
+def decode(blob: bytes | memoryview, where: str) -> BitMap64:
+    """The vector in a ``deletion-vector-v1`` blob; :class:`DataFileError` naming ``where`` (the
+    data file the vector belongs to, and where the blob was kept) if the blob is damaged."""
+    data = bytes(blob)
+    if len(data) < _MIN_LENGTH:
+        raise DataFileError(f"Deletion vector of {where} is damaged: {len(data)} bytes is too "
+                            "short for a deletion-vector-v1 blob")
+    (length,) = struct.unpack(">I", data[:4])
+    if length != len(data) - 8:
+        raise DataFileError(f"Deletion vector of {where} is damaged: its length field says "
+                            f"{length} bytes, the blob holds {len(data) - 8}")
+    body = data[4:-4]
+    if body[:4] != MAGIC:
+        raise DataFileError(f"Deletion vector of {where} is damaged: wrong magic "
+                            f"{body[:4].hex()} (expected {MAGIC.hex()})")
+    (crc,) = struct.unpack(">I", data[-4:])
+    if crc != zlib.crc32(body):
+        raise DataFileError(f"Deletion vector of {where} is damaged: CRC-32 mismatch")
+    try:
+        return BitMap64.deserialize(body[4:])
+    except Exception as exc:  # pyroaring raises ValueError, or others on corrupt input
+        raise DataFileError(f"Deletion vector of {where} is damaged: {exc}") from None
+
+
+def keep_mask(deleted: np.ndarray, start: int, length: int) -> np.ndarray | None:
+    """A boolean mask over positions ``start .. start + length - 1``, True where the row is
+    kept, given a file's ``deleted`` positions (ascending, as :func:`positions_of` returns
+    them). None when none of those rows is deleted: the caller keeps them as they are."""
+    if length <= 0 or deleted.size == 0:
+        return None
+    lo, hi = np.searchsorted(deleted, np.array([start, start + length], dtype=np.uint64))
+    if lo == hi:
+        return None
+    mask = np.ones(length, dtype=bool)
+    mask[(deleted[lo:hi] - np.uint64(start)).astype(np.intp)] = False
+    return mask
