@@ -8,6 +8,7 @@ import pyarrow as pa
 import pytest
 
 import arrowlake as al
+from arrowlake.errors import NotFound
 from tests.spark.helpers import all_types_data, as_spark_rows, frame_rows
 
 pytest.importorskip("pyspark")
@@ -205,4 +206,30 @@ def test_pushdown_on_a_dataframe_loaded_before_the_table_changed(spark, lake_pat
         .schema("order_id long, day string, customer string, amount int") \
         .load("shop.orders")
     assert frame_rows(given.where(query)) == expected
+
+
+def test_a07_a_lake_that_does_not_exist_is_refused_and_nothing_is_created(spark, tmp_path):
+    typo = tmp_path / "lakee"
+    data = tmp_path / "data"  # a folder that holds other things, but no lake
+    data.mkdir()
+    (data / "orders.csv").write_text("a,b\n1,2\n")
+    one = spark.createDataFrame([(1, "d", "c", 1)], "order_id long, day string, "
+                                "customer string, amount int")
+    with pytest.raises(Exception, match="No lake at"):
+        read(spark, typo, "shop.orders").count()
+    with pytest.raises(Exception, match="No lake at"):
+        one.write.format("arrowlake").option("lake", str(data)).mode("append") \
+            .save("shop.orders")
+    with pytest.raises(Exception, match="No lake at"):
+        spark.readStream.format("arrowlake").option("lake", str(typo)).load("shop.orders")
+    for where in (typo, data, f"sqlite:///{tmp_path}/meta.db"):  # the driver's own check
+        with pytest.raises(NotFound, match="No lake at"):
+            als.read(spark, str(where), "shop.orders", warehouse=str(tmp_path / "wh"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]
+    assert [p.name for p in data.iterdir()] == ["orders.csv"]
+    # In a lake that exists, a table that does not is named as such.
+    al.connect(tmp_path / "lake")
+    with pytest.raises(Exception, match="TableNotFound"):
+        one.write.format("arrowlake").option("lake", str(tmp_path / "lake")) \
+            .mode("append").save("shop.orders")
 

@@ -22,6 +22,10 @@ Options (case-insensitive):
   ``mode("overwrite")``, ``replaceWhere`` replaces only the matching rows; ``commitId`` makes the
   commit idempotent.
 
+The lake must exist: a path with no ``arrowlake.db`` (or a SQLite URL naming no file) is
+refused with :class:`~arrowlake.errors.NotFound`, creating nothing (a typo would otherwise leave
+a new lake behind on the driver and on every executor).
+
 Spark's filters (``.where(...)``) are never taken by the reader, whatever
 ``spark.sql.python.filterPushdown.enabled`` says: Spark applies them to the rows read. PySpark
 4.3.0 keeps the partitions and read function planned by ``pushFilters`` on the data source
@@ -51,6 +55,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
+import sqlalchemy as sa
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
@@ -60,8 +65,9 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from arrowlake.errors import ValidationError
+from arrowlake.errors import NotFound, ValidationError
 from arrowlake.expressions import Expr, to_expression
+from arrowlake.io.storage import normalize_location
 from arrowlake.lake import Lake, connect
 from arrowlake.scan.scan import Scan
 from arrowlake.scan.split import Split
@@ -135,11 +141,30 @@ _LAKES: dict[LakeOptions, Lake] = {}
 _LAKES_LOCK = threading.Lock()
 
 
+def _require_lake(uri: str) -> None:
+    """Refuse a lake that does not exist yet: :func:`arrowlake.connect` would create one
+    wherever it is pointed, so a typo in option('lake') would leave a stray lake behind (on the
+    driver and on every executor) before failing with TableNotFound."""
+    if "://" not in uri or uri.startswith("file://"):
+        database = os.path.join(normalize_location(uri), "arrowlake.db")
+    elif uri.startswith("sqlite"):
+        database = sa.engine.make_url(uri).database or ""
+        if database in ("", ":memory:") or database.startswith("file:"):
+            return
+    else:
+        return  # a database server: its lake is its metastore tables, created on first use
+    if not os.path.exists(database):
+        raise NotFound(
+            f"No lake at {uri!r} (no {database} there): check option('lake', ...); a new lake "
+            "is made with arrowlake.connect(...) or 'arrowlake import --create'")
+
+
 def open_lake(where: LakeOptions) -> Lake:
-    """The lake, connected once per process."""
+    """The lake, connected once per process; a lake that does not exist is refused."""
     with _LAKES_LOCK:
         lake = _LAKES.get(where)
         if lake is None:
+            _require_lake(where.uri)
             lake = connect(where.uri, warehouse=where.warehouse,
                            storage_options=json.loads(where.storage_json) or None)
             _LAKES[where] = lake
