@@ -233,3 +233,14 @@ def test_a07_a_lake_that_does_not_exist_is_refused_and_nothing_is_created(spark,
         one.write.format("arrowlake").option("lake", str(tmp_path / "lake")) \
             .mode("append").save("shop.orders")
 
+
+def test_a14_an_unreadable_as_of_is_a_validation_error(spark, lake_path):
+    from arrowlake.spark.source import ReadOptions
+
+    lake = al.connect(lake_path)
+    lake.create_table("shop.orders", ORDERS).append(orders(0, 10))
+    for text in ("garbage", "-5", "99999999999999999999"):
+        with pytest.raises(al.ValidationError, match="Invalid arrowlake read option: asOf"):
+            ReadOptions.from_options({"asof": text})
+    with pytest.raises(Exception, match="ValidationError: Invalid arrowlake read option: asOf"):
+        read(spark, lake_path, "shop.orders", asOf="garbage").count()

@@ -197,18 +197,12 @@ class ReadOptions:
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> ReadOptions:
         snapshot = options.get("snapshot")
-        as_of_text = options.get("asof")
-        as_of = None
-        if as_of_text:
-            text = str(as_of_text).strip()
-            as_of = (datetime.fromtimestamp(int(text) / 1000, UTC) if text.isdigit()
-                     else datetime.fromisoformat(text))
         columns = options.get("columns")
         split_size = options.get("splitsize")
         min_partitions = options.get("minpartitions")
         try:
-            return cls(int(snapshot) if snapshot not in (None, "") else None, as_of,
-                       options.get("tag") or None,
+            return cls(int(snapshot) if snapshot not in (None, "") else None,
+                       _as_of(options.get("asof")), options.get("tag") or None,
                        tuple(c.strip() for c in columns.split(",") if c.strip())
                        if columns else None,
                        _bytes(split_size) if split_size else None,
@@ -216,6 +210,20 @@ class ReadOptions:
                        options.get("filter") or None)
         except ValueError as exc:
             raise ValidationError(f"Invalid arrowlake read option: {exc}") from None
+
+
+def _as_of(value: str | None) -> datetime | None:
+    """``asOf``: epoch milliseconds, or an ISO date-time (taken as
+    :meth:`arrowlake.table.Table.scan` takes ``as_of``)."""
+    if not value:
+        return None
+    text = str(value).strip()
+    try:
+        return (datetime.fromtimestamp(int(text) / 1000, UTC) if text.isdigit()
+                else datetime.fromisoformat(text))
+    except (ValueError, OverflowError, OSError):
+        raise ValueError(f"asOf={text!r} is neither an ISO date-time (2026-11-01T08:00:00"
+                         "+00:00) nor epoch milliseconds") from None
 
 
 def _bytes(text: str) -> int:
