@@ -52,7 +52,7 @@ from arrowlake.errors import ValidationError, require
 from arrowlake.scan.adapters import register_adapter
 from arrowlake.scan.scan import Scan
 
-__all__ = ["OUTPUTS", "SplitDataset", "StreamSplits", "dataset", "scan_dataset",
+__all__ = ["OUTPUTS", "Dealt", "SplitDataset", "StreamSplits", "dataset", "scan_dataset",
            "shared_tensors", "stream_dataset", "to_tensors"]
 
 OUTPUTS = ("torch", "arrow")
@@ -78,8 +78,18 @@ class SplitLike(Protocol):
     def row_count(self) -> int: ...
 
 
-#: The splits of an epoch, or a function giving them as they come (with :data:`CAUGHT_UP`).
-Source = Sequence[SplitLike] | Callable[[], Iterable["SplitLike | _CaughtUp"]]
+@dataclass(frozen=True)
+class Dealt:
+    """A split of an unbounded source with the key it is dealt by: reader ``key % readers``
+    reads it. Every reader's copy of the source must give each split the same key."""
+
+    key: int
+    split: SplitLike
+
+
+#: The splits of an epoch, or a function giving them as they come (with :data:`CAUGHT_UP`;
+#: splits given as :class:`Dealt` go to the reader their key names, others round-robin).
+Source = Sequence[SplitLike] | Callable[[], Iterable["SplitLike | Dealt | _CaughtUp"]]
 
 
 # -- converting batches ---------------------------------------------------------------------------
@@ -367,12 +377,17 @@ class SplitDataset:
                   ) -> Iterator[SplitLike | _CaughtUp]:
         """The splits reader ``reader`` of ``readers`` reads in ``epoch``."""
         if callable(self.source):
-            # An unbounded sequence (a stream): split k goes to reader k mod readers; every
-            # reader learns when the source caught up.
+            # An unbounded sequence (a stream): a split with a key goes to reader key mod
+            # readers, the k-th one without to reader k mod readers; every reader learns when
+            # the source caught up.
             k = 0
             for split in self.source():
                 if isinstance(split, _CaughtUp):
                     yield split
+                    continue
+                if isinstance(split, Dealt):
+                    if split.key % readers == reader:
+                        yield split.split
                     continue
                 if k % readers == reader:
                     yield split
@@ -579,9 +594,13 @@ class StreamSplits:
     """The splits of a stream's changes as they come: the source of :meth:`Stream.to_torch`.
 
     Every DataLoader worker iterates its own copy of the stream (forked, or unpickled), from
-    the same position with the same options, so all of them see the same changes in the same
-    order and each keeps every ``readers``-th split. Copies do not read changes ahead (each
-    reads only its share) and never commit a consumer's progress.
+    the same position with the same options. Copies read one change per snapshot (no
+    catch-up, which would cut the history differently in copies that poll at different
+    times), and a snapshot's change is planned from that snapshot alone, so every copy sees
+    the same splits of the same changes. Split i of the change of snapshot s goes to reader
+    ``(s + i) % readers``: a pure function of the split, whatever each copy saw before. Copies
+    do not read changes ahead (each reads only its share) and never commit a consumer's
+    progress.
     """
 
     def __init__(self, stream: Any) -> None:
@@ -608,7 +627,8 @@ class StreamSplits:
                     change = stream.poll()
                 if change is None:
                     return
-            yield from change.splits
+            for index, split in enumerate(change.splits):
+                yield Dealt(change.snapshot_id + index, split)
 
 
 def stream_dataset(stream: Any, **options: Any) -> Any:
