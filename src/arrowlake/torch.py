@@ -28,8 +28,9 @@ DataLoader workers each batch is written once into shared memory, which torch ha
 the main process without copying it again (:func:`shared_tensors`); every batch costs one
 hand-over, so large batches move rows fastest.
 
-Streams (``Stream.to_torch()``, :func:`stream_dataset`): the splits of the changes are dealt in
-the order they arrive, and each reader hands over what it holds when the stream catches up.
+Streams (``Stream.to_torch()``, :func:`stream_dataset`): split ``i`` of the change of snapshot
+``s`` goes to reader ``(s + i) % readers`` (see :class:`StreamSplits`), and each reader hands
+over what it holds when the stream catches up.
 
 ``torch`` is imported only when a dataset is made (the ``torch`` extra).
 """
@@ -612,7 +613,7 @@ class StreamSplits:
         """End the iteration of every copy (the workers' too) at their next poll."""
         self.stopped.set()
 
-    def __call__(self) -> Iterator[SplitLike | _CaughtUp]:
+    def __call__(self) -> Iterator[Dealt | _CaughtUp]:
         stream = self.stream
         # No read-ahead (it would read every other worker's share too), and none of the
         # threads of the process the copy came from.

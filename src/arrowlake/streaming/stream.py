@@ -463,9 +463,10 @@ class Stream:
         """A PyTorch ``IterableDataset`` that follows this stream (the ``torch`` extra).
 
         Every DataLoader worker (forked: the Linux default) follows its own copy of the stream
-        from this position and reads every n-th split of the changes, so together the workers
-        of all ranks read each change once; see :func:`arrowlake.torch.stream_dataset`. The
-        dataset does not commit a consumer's progress.
+        from this position, one change per snapshot, and reads its share of each change's
+        splits (dealt by snapshot id and split index), so together the workers of all ranks
+        read each row once; see :func:`arrowlake.torch.StreamSplits`. The dataset does not
+        commit a consumer's progress.
         """
         return adapter("torch.stream")(
             self, batch_size=batch_size, shuffle_buffer=shuffle_buffer, seed=seed,
