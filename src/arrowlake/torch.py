@@ -307,6 +307,11 @@ def deal(sizes: Sequence[int], readers: int) -> list[list[int]]:
     return shares
 
 
+def _whole(value: Any) -> bool:
+    """Whether ``value`` is a whole number (NaN, floats and booleans are not)."""
+    return isinstance(value, int | np.integer) and not isinstance(value, bool)
+
+
 @dataclass
 class SplitDataset:
     """The reading logic of the datasets, free of torch so that it pickles by reference.
@@ -333,11 +338,13 @@ class SplitDataset:
     def __post_init__(self) -> None:
         if self.output not in OUTPUTS:
             raise ValidationError(f"output must be one of {OUTPUTS}, got {self.output!r}")
-        if self.batch_size < 1:
-            raise ValidationError(f"batch_size must be 1 or more, got {self.batch_size}")
-        if self.shuffle_buffer < 0:
-            raise ValidationError(f"shuffle_buffer must be 0 or more, got {self.shuffle_buffer}")
-        if self.world_size < 1 or not 0 <= self.rank < self.world_size:
+        if not _whole(self.batch_size) or self.batch_size < 1:
+            raise ValidationError(f"batch_size must be 1 or more, got {self.batch_size!r}")
+        if not _whole(self.shuffle_buffer) or self.shuffle_buffer < 0:
+            raise ValidationError(
+                f"shuffle_buffer must be 0 or more, got {self.shuffle_buffer!r}")
+        if not (_whole(self.rank) and _whole(self.world_size)) or self.world_size < 1 \
+                or not 0 <= self.rank < self.world_size:
             raise ValidationError(f"rank must be in [0, world_size): got rank={self.rank}, "
                                   f"world_size={self.world_size}")
         if self.seed is None:

@@ -263,6 +263,18 @@ def test_columns_without_a_tensor_form_are_refused_up_front(sqlite_lake):
         table.scan(columns=["id"]).to_torch(rank=0, world_size=2)
 
 
+@pytest.mark.parametrize(("option", "value"), [
+    ("batch_size", float("nan")), ("batch_size", 1.5), ("batch_size", True),
+    ("shuffle_buffer", float("nan")), ("rank", 0.5)])
+def test_a11_numeric_dataset_options_must_be_whole_numbers(sqlite_lake, option, value):
+    table = fill_append_table(sqlite_lake, commits=1)
+    options = {"rank": 0, "world_size": 1, option: value}
+    with pytest.raises(ValidationError, match=option):
+        table.scan(columns=["id"]).to_torch(**options)
+    with table.stream(columns=["id"]) as stream, pytest.raises(ValidationError, match=option):
+        stream.to_torch(**options)
+
+
 def test_datasets_pickle_for_spawned_workers(sqlite_lake):
     table = fill_append_table(sqlite_lake, commits=2, rows=50)
     ds = table.scan(columns=["id"]).to_torch(batch_size=1000, seed=2)
