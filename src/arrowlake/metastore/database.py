@@ -290,6 +290,9 @@ class Database:
                 # Version 3 only adds a table (``create_all`` made it already, unless another
                 # process raced this one): nothing else changes.
                 t.consumers.create(conn, checkfirst=True)
+            if version <= 3:
+                # Version 4 only adds the consumers' leases.
+                t.consumer_leases.create(conn, checkfirst=True)
             conn.execute(t.meta_info.update().where(t.meta_info.c.key == "version")
                          .values(value=str(t.SCHEMA_VERSION)))
 
