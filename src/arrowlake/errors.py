@@ -80,6 +80,10 @@ class CommitConflict(ArrowlakeError):
     """A commit lost a race that cannot be resolved by retrying; the table is unchanged."""
 
 
+class ConsumerInUse(ArrowlakeError):
+    """Another open stream holds the consumer id (its lease has not expired)."""
+
+
 class MetastoreError(ArrowlakeError):
     """The metastore database is unusable (wrong version, corrupt rows)."""
 

@@ -11,26 +11,36 @@ Any Arrow Flight client (C++, Java, Go, Rust, Python, ...) reads and writes tabl
   split's files; the server re-plans from it (plans are cached), so tickets stay valid across
   server restarts while the snapshot lives.
 - ``do_put(descriptor, stream)`` writes the stream in one commit: the command is JSON
-  ``{"table": "...", "mode": "append"}`` (or ``"upsert"``); a path appends. The server answers
-  with one metadata message, JSON ``{"snapshot_id": ..., "rows": ...}``.
+  ``{"table": "...", "mode": "append"}`` (or ``"upsert"``; optional ``"commit_id"`` makes the
+  put idempotent); a path appends. The server answers with one metadata message, JSON
+  ``{"snapshot_id": ..., "rows": ..., "duplicate": ...}``. A put commits all of its stream or
+  nothing: a stream that ends because the client cancelled, disconnected or ran out of time
+  (gRPC ends the server's reader cleanly then, and marks the call cancelled) commits nothing,
+  and the files written for it are deleted.
 - ``list_flights()`` lists the tables with their schemas; ``get_schema`` gives one.
 
 Optional bearer-token authentication (``Authorization: Bearer <token>``, tokens one per line
 in a file), TLS with a certificate and key, and errors that reach the client as Flight errors
-carrying arrowlake's message. SIGTERM and SIGINT shut the server down gracefully: running
-calls finish, new ones are refused.
+carrying arrowlake's message. SIGTERM and SIGINT shut the server down gracefully: new calls
+are refused and running ones have a grace period to finish; calls still open after it, or when
+a second signal comes, are cancelled by exiting the process.
 """
 
 from __future__ import annotations
 
+import errno
 import hmac
 import json
+import os
 import signal
+import socket
+import ssl
 import sys
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
@@ -39,12 +49,14 @@ import pyarrow as pa
 from arrowlake.errors import ArrowlakeError, NotFound, SnapshotNotFound, ValidationError, require
 from arrowlake.lake import Lake
 from arrowlake.scan.split import Split
+from arrowlake.table import staged
 
 __all__ = ["DEFAULT_PORT", "ScanRequest", "read_tokens", "serve", "server"]
 
 DEFAULT_PORT = 8815
+DEFAULT_SHUTDOWN_TIMEOUT = 30.0  # seconds running calls get after SIGTERM/SIGINT
 _SCAN_KEYS = {"table", "filter", "columns", "snapshot", "split_bytes"}
-_PUT_KEYS = {"table", "mode"}
+_PUT_KEYS = {"table", "mode", "commit_id"}
 _PUT_MODES = ("append", "upsert")
 _PLAN_CACHE = 64  # plans kept for do_get
 
@@ -65,6 +77,10 @@ class ScanRequest:
     columns: tuple[str, ...] | None = None
     snapshot: int | None = None
     split_bytes: int | None = None
+
+    def column_list(self) -> list[str] | None:
+        """The projection as ``scan`` takes it: ``[]`` is rows without columns, None all."""
+        return None if self.columns is None else list(self.columns)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"table": self.table}
@@ -124,7 +140,11 @@ def _path_table(path: Sequence[bytes | str]) -> str:
 
 def read_tokens(path: str | Path) -> list[str]:
     """The bearer tokens in a file: one per line; blank lines and ``#`` comments are skipped."""
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        raise ValidationError(f"The token file {str(path)!r} is not UTF-8 text (byte "
+                              f"{exc.start}): write one token per line as text") from None
     tokens = [line.strip() for line in lines if line.strip() and not line.strip().startswith("#")]
     if not tokens:
         raise ValidationError(f"The token file {str(path)!r} holds no tokens (one per line)")
@@ -175,32 +195,76 @@ def _streamed(split: Split) -> Iterator[pa.RecordBatch]:
 
 
 class _Plans:
-    """Planned scans by request, for ``do_get`` (least recently used are dropped)."""
+    """Planned splits, for ``do_get`` (least recently used are dropped).
+
+    Keyed by table id, never reused, and not by name: a table dropped and created again
+    under its name restarts snapshot ids. Each call still resolves the table and its snapshot
+    (``Table.scan`` raises ``TableNotFound`` and ``SnapshotNotFound``: metadata lookups), so
+    the cache only saves listing and pruning the files.
+    """
 
     def __init__(self, lake: Lake, size: int = _PLAN_CACHE) -> None:
         self.lake = lake
         self.size = size
-        self._plans: OrderedDict[ScanRequest, tuple[pa.Schema, list[Split]]] = OrderedDict()
+        self._plans: OrderedDict[tuple[int, ScanRequest], list[Split]] = OrderedDict()
         self._lock = threading.Lock()
 
     def plan(self, request: ScanRequest) -> tuple[ScanRequest, pa.Schema, list[Split]]:
         """The request pinned to a snapshot, the scan's schema and its splits."""
-        with self._lock:
-            if request.snapshot is not None and request in self._plans:
-                self._plans.move_to_end(request)
-                return (request, *self._plans[request])
         table = self.lake.table(request.table)
-        scan = table.scan(request.filter, list(request.columns) if request.columns else None,
-                          snapshot=request.snapshot)
-        pinned = request if scan.snapshot_id is None else \
-            ScanRequest(request.table, request.filter, request.columns, scan.snapshot_id,
-                        request.split_bytes)
+        scan = table.scan(request.filter, request.column_list(), snapshot=request.snapshot)
+        pinned = replace(request, snapshot=scan.snapshot_id)
+        if pinned.snapshot is None:  # no snapshot yet: nothing to cache
+            return pinned, scan.schema, scan.plan(request.split_bytes)
+        key = (table._record.table_id, pinned)
+        with self._lock:
+            splits = self._plans.get(key)
+            if splits is not None:
+                self._plans.move_to_end(key)
+                return pinned, scan.schema, splits
         splits = scan.plan(request.split_bytes)
         with self._lock:
-            self._plans[pinned] = (scan.schema, splits)
+            self._plans[key] = splits
             while len(self._plans) > self.size:
                 self._plans.popitem(last=False)
         return pinned, scan.schema, splits
+
+
+def _put_request(descriptor: Any) -> tuple[str, str, str | None]:
+    """The table, write mode and commit id a ``do_put`` descriptor asks for."""
+    fl = _flight()
+    if descriptor.descriptor_type != fl.DescriptorType.CMD:
+        return _path_table(descriptor.path), "append", None
+    body = _json_object(descriptor.command, "write command", _PUT_KEYS)
+    mode = body.get("mode", "append")
+    if mode not in _PUT_MODES:
+        raise ValidationError(f"Unknown write mode {mode!r}; use one of {', '.join(_PUT_MODES)}")
+    return body["table"], mode, _optional(body, "commit_id", str)
+
+
+def _check_not_cancelled(context: Any) -> None:
+    if context.is_cancelled():
+        raise _flight().FlightCancelledError(
+            "The put was cancelled (the client disconnected, cancelled the call or ran past "
+            "its deadline) before its stream ended; nothing was committed")
+
+
+def _whole_stream(reader: Any, context: Any) -> Iterator[pa.RecordBatch]:
+    """The batches a ``do_put`` client sends, raising instead of ending if the stream is cut.
+
+    pyarrow's reader ends cleanly both when the client finishes its stream and when the call
+    dies under it (client killed, connection lost, deadline passed, call cancelled); only the
+    call's cancelled flag tells these apart. It was set by the time the read ended in every
+    trial (killed clients, expired deadlines), and it is checked again before the commit.
+    """
+    while True:
+        try:
+            chunk = reader.read_chunk()
+        except StopIteration:
+            _check_not_cancelled(context)
+            return
+        if chunk.data is not None:
+            yield chunk.data
 
 
 def _ticket(request: ScanRequest, split: Split) -> bytes:
@@ -257,8 +321,7 @@ def _server_class() -> type:
         def get_schema(self, context: Any, descriptor: Any) -> Any:
             request = self._request(descriptor)
             table = self.lake.table(request.table)
-            scan = table.scan(request.filter, list(request.columns) if request.columns else None,
-                              snapshot=request.snapshot)
+            scan = table.scan(request.filter, request.column_list(), snapshot=request.snapshot)
             return fl.SchemaResult(scan.schema)
 
         @_answering
@@ -282,19 +345,28 @@ def _server_class() -> type:
 
         @_answering
         def do_put(self, context: Any, descriptor: Any, reader: Any, writer: Any) -> None:
-            if descriptor.descriptor_type == fl.DescriptorType.CMD:
-                body = _json_object(descriptor.command, "write command", _PUT_KEYS)
-                name, mode = body["table"], body.get("mode", "append")
-            else:
-                name, mode = _path_table(descriptor.path), "append"
-            if mode not in _PUT_MODES:
-                raise ValidationError(f"Unknown write mode {mode!r}; use one of "
-                                      f"{', '.join(_PUT_MODES)}")
+            name, mode, commit_id = _put_request(descriptor)
             table = self.lake.table(name)
-            stream = reader.to_reader()
-            result = table.upsert(stream) if mode == "upsert" else table.append(stream)
-            answer = {"snapshot_id": result.snapshot_id,
-                      "rows": result.added_rows, "table": table.name}
+            table._check_write(commit_id)
+            if mode == "upsert" and not table.primary_key:
+                raise ValidationError(f"Write mode 'upsert' needs a table with a primary key; "
+                                      f"'{table.name}' has none. Use 'append'")
+            batches = _whole_stream(reader, context)
+            if table.primary_key:
+                # Runs are sorted, so an upsert holds its input anyway: take it all, then write.
+                rows = pa.Table.from_batches(list(batches), schema=reader.schema)
+                _check_not_cancelled(context)
+                result = table.upsert(rows, commit_id=commit_id)
+            else:
+                target = staged.write_target(table)
+                stage = staged.stage(target, pa.RecordBatchReader.from_batches(
+                    reader.schema, batches))  # deletes what it wrote if the stream breaks
+                if context.is_cancelled():
+                    staged.discard_staged(target, [stage])
+                    _check_not_cancelled(context)
+                result = staged.commit_staged(table, [stage], commit_id=commit_id)
+            answer = {"snapshot_id": result.snapshot_id, "rows": result.added_rows,
+                      "duplicate": result.duplicate, "table": table.name}
             writer.write(pa.py_buffer(json.dumps(answer).encode()))
 
         @_answering
@@ -322,33 +394,107 @@ def server(lake: Lake, host: str = "127.0.0.1", port: int = DEFAULT_PORT, *,
     if tls_cert is not None and tls_key is not None:
         certificates = [(Path(tls_cert).read_bytes(), Path(tls_key).read_bytes())]
         scheme = "grpc+tls"
-    return _server_class()(lake, f"{scheme}://{host}:{port}", tokens=tokens,
-                           tls_certificates=certificates)
+    try:
+        return _server_class()(lake, f"{scheme}://{host}:{port}", tokens=tokens,
+                               tls_certificates=certificates)
+    except pa.ArrowException as exc:  # gRPC logs the cause; pyarrow says "did not start"
+        raise ArrowlakeError(_why_not_started(host, port, tls_cert, tls_key, exc)) from None
+
+
+def _why_not_started(host: str, port: int, tls_cert: str | Path | None,
+                     tls_key: str | Path | None, exc: Exception) -> str:
+    """Why a Flight server could not start, found out again with the standard library."""
+    where = f"{host}:{port}"
+    if tls_cert is not None and tls_key is not None:
+        try:
+            ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(
+                tls_cert, tls_key, password="")  # never prompt for an encrypted key's password
+        except ssl.SSLError as err:
+            why = "the key does not match the certificate" \
+                if err.reason == "KEY_VALUES_MISMATCH" else f"{err.reason or err}"
+            return (f"Cannot serve TLS with certificate {str(tls_cert)!r} and key "
+                    f"{str(tls_key)!r}: {why} (both must be PEM, the key the certificate's "
+                    "and not encrypted)")
+    try:
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as err:
+        return (f"Cannot listen on {where}: the host {host!r} is not an address of this "
+                f"machine ({err}); use 127.0.0.1, 0.0.0.0 or one of its addresses")
+    except OverflowError:
+        return f"Cannot listen on {where}: ports go from 0 to 65535"
+    for family, kind, proto, _, address in addresses:
+        with socket.socket(family, kind, proto) as probe:
+            try:
+                probe.bind(address)
+            except OSError as err:
+                if err.errno == errno.EADDRINUSE:
+                    return (f"Cannot listen on {where}: the port is in use (another server?); "
+                            "choose another --port, or 0 for a free one")
+                return f"Cannot listen on {where}: {err.strerror}"
+    return f"Cannot serve on {where}: {exc}"
 
 
 def serve(lake: Lake, host: str = "127.0.0.1", port: int = DEFAULT_PORT, *,
           tokens: Sequence[str] | None = None, tls_cert: str | Path | None = None,
-          tls_key: str | Path | None = None, out: TextIO | None = None) -> None:
+          tls_key: str | Path | None = None, out: TextIO | None = None,
+          shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT) -> None:
     """Serve ``lake`` until SIGTERM or SIGINT, then shut down gracefully.
 
-    The first line written to ``out`` (stdout) is the location clients connect to.
+    The first line written to ``out`` (stdout) is the location clients connect to. After the
+    signal new calls are refused and running ones get ``shutdown_timeout`` seconds to finish;
+    if some are still open then, or a second SIGTERM/SIGINT arrives, the process exits at once
+    (``os._exit``: status 1, or 128 + the signal), which cancels them. pyarrow offers no other
+    way to end a call whose client stalls.
     """
+    if not 0 <= shutdown_timeout < float("inf"):
+        raise ValidationError(f"The shutdown timeout must be 0 s or more, and finite; got "
+                              f"{shutdown_timeout}")
     running = server(lake, host, port, tokens=tokens, tls_cert=tls_cert, tls_key=tls_key)
-    scheme = "grpc+tls" if tls_cert is not None else "grpc"
-    out = out if out is not None else sys.stdout
-    out.write(f"{scheme}://{host}:{running.port}\n")
-    out.flush()
-    stop = threading.Event()
+    received: list[int] = []
 
     def on_signal(signum: int, frame: Any) -> None:
-        stop.set()
+        received.append(signum)
+        if len(received) > 1:
+            _exit_now(f"a second signal ({signal.Signals(signum).name}): exiting at once, "
+                      "cancelling the calls still running", 128 + signum)
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
-        while not stop.wait(0.2):
-            pass
+        scheme = "grpc+tls" if tls_cert is not None else "grpc"
+        out = out if out is not None else sys.stdout
+        out.write(f"{scheme}://{host}:{running.port}\n")
+        out.flush()
+        # Short waits: a signal that lands on one of gRPC's threads is only handled when the
+        # main thread wakes up.
+        while not received:
+            time.sleep(0.2)
+        sys.stderr.write(f"arrowlake serve: shutting down; running calls have "
+                         f"{shutdown_timeout:g} s to finish (a second signal exits at once)\n")
+        sys.stderr.flush()
     finally:
-        running.shutdown()  # refuses new calls, waits for running ones
+        closing = threading.Thread(target=running.shutdown, name="flight-shutdown",
+                                   daemon=True)  # refuses new calls, waits for running ones
+        closing.start()
+        deadline = time.monotonic() + shutdown_timeout
+        while True:
+            closing.join(min(0.2, max(0.01, deadline - time.monotonic())))
+            if not closing.is_alive() or time.monotonic() >= deadline:
+                break
+        if closing.is_alive():
+            _exit_now(f"calls still running {shutdown_timeout:g} s after the signal "
+                      "(--shutdown-timeout): exiting, which cancels them", 1)
         running.wait()
         for s, handler in previous.items():
             signal.signal(s, handler)
+
+
+def _exit_now(why: str, status: int) -> None:
+    """Leave the process at once: the only way to end calls that do not finish."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is sys.stderr:
+                stream.write(f"arrowlake serve: {why}\n")
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(status)

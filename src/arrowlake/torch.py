@@ -28,8 +28,9 @@ DataLoader workers each batch is written once into shared memory, which torch ha
 the main process without copying it again (:func:`shared_tensors`); every batch costs one
 hand-over, so large batches move rows fastest.
 
-Streams (``Stream.to_torch()``, :func:`stream_dataset`): the splits of the changes are dealt in
-the order they arrive, and each reader hands over what it holds when the stream catches up.
+Streams (``Stream.to_torch()``, :func:`stream_dataset`): split ``i`` of the change of snapshot
+``s`` goes to reader ``(s + i) % readers`` (see :class:`StreamSplits`), and each reader hands
+over what it holds when the stream catches up.
 
 ``torch`` is imported only when a dataset is made (the ``torch`` extra).
 """
@@ -52,7 +53,7 @@ from arrowlake.errors import ValidationError, require
 from arrowlake.scan.adapters import register_adapter
 from arrowlake.scan.scan import Scan
 
-__all__ = ["OUTPUTS", "SplitDataset", "StreamSplits", "dataset", "scan_dataset",
+__all__ = ["OUTPUTS", "Dealt", "SplitDataset", "StreamSplits", "dataset", "scan_dataset",
            "shared_tensors", "stream_dataset", "to_tensors"]
 
 OUTPUTS = ("torch", "arrow")
@@ -78,8 +79,18 @@ class SplitLike(Protocol):
     def row_count(self) -> int: ...
 
 
-#: The splits of an epoch, or a function giving them as they come (with :data:`CAUGHT_UP`).
-Source = Sequence[SplitLike] | Callable[[], Iterable["SplitLike | _CaughtUp"]]
+@dataclass(frozen=True)
+class Dealt:
+    """A split of an unbounded source with the key it is dealt by: reader ``key % readers``
+    reads it. Every reader's copy of the source must give each split the same key."""
+
+    key: int
+    split: SplitLike
+
+
+#: The splits of an epoch, or a function giving them as they come (with :data:`CAUGHT_UP`;
+#: splits given as :class:`Dealt` go to the reader their key names, others round-robin).
+Source = Sequence[SplitLike] | Callable[[], Iterable["SplitLike | Dealt | _CaughtUp"]]
 
 
 # -- converting batches ---------------------------------------------------------------------------
@@ -296,6 +307,11 @@ def deal(sizes: Sequence[int], readers: int) -> list[list[int]]:
     return shares
 
 
+def _whole(value: Any) -> bool:
+    """Whether ``value`` is a whole number (NaN, floats and booleans are not)."""
+    return isinstance(value, int | np.integer) and not isinstance(value, bool)
+
+
 @dataclass
 class SplitDataset:
     """The reading logic of the datasets, free of torch so that it pickles by reference.
@@ -322,11 +338,13 @@ class SplitDataset:
     def __post_init__(self) -> None:
         if self.output not in OUTPUTS:
             raise ValidationError(f"output must be one of {OUTPUTS}, got {self.output!r}")
-        if self.batch_size < 1:
-            raise ValidationError(f"batch_size must be 1 or more, got {self.batch_size}")
-        if self.shuffle_buffer < 0:
-            raise ValidationError(f"shuffle_buffer must be 0 or more, got {self.shuffle_buffer}")
-        if self.world_size < 1 or not 0 <= self.rank < self.world_size:
+        if not _whole(self.batch_size) or self.batch_size < 1:
+            raise ValidationError(f"batch_size must be 1 or more, got {self.batch_size!r}")
+        if not _whole(self.shuffle_buffer) or self.shuffle_buffer < 0:
+            raise ValidationError(
+                f"shuffle_buffer must be 0 or more, got {self.shuffle_buffer!r}")
+        if not (_whole(self.rank) and _whole(self.world_size)) or self.world_size < 1 \
+                or not 0 <= self.rank < self.world_size:
             raise ValidationError(f"rank must be in [0, world_size): got rank={self.rank}, "
                                   f"world_size={self.world_size}")
         if self.seed is None:
@@ -367,12 +385,17 @@ class SplitDataset:
                   ) -> Iterator[SplitLike | _CaughtUp]:
         """The splits reader ``reader`` of ``readers`` reads in ``epoch``."""
         if callable(self.source):
-            # An unbounded sequence (a stream): split k goes to reader k mod readers; every
-            # reader learns when the source caught up.
+            # An unbounded sequence (a stream): a split with a key goes to reader key mod
+            # readers, the k-th one without to reader k mod readers; every reader learns when
+            # the source caught up.
             k = 0
             for split in self.source():
                 if isinstance(split, _CaughtUp):
                     yield split
+                    continue
+                if isinstance(split, Dealt):
+                    if split.key % readers == reader:
+                        yield split.split
                     continue
                 if k % readers == reader:
                     yield split
@@ -579,9 +602,13 @@ class StreamSplits:
     """The splits of a stream's changes as they come: the source of :meth:`Stream.to_torch`.
 
     Every DataLoader worker iterates its own copy of the stream (forked, or unpickled), from
-    the same position with the same options, so all of them see the same changes in the same
-    order and each keeps every ``readers``-th split. Copies do not read changes ahead (each
-    reads only its share) and never commit a consumer's progress.
+    the same position with the same options. Copies read one change per snapshot (no
+    catch-up, which would cut the history differently in copies that poll at different
+    times), and a snapshot's change is planned from that snapshot alone, so every copy sees
+    the same splits of the same changes. Split i of the change of snapshot s goes to reader
+    ``(s + i) % readers``: a pure function of the split, whatever each copy saw before. Copies
+    do not read changes ahead (each reads only its share) and never commit a consumer's
+    progress.
     """
 
     def __init__(self, stream: Any) -> None:
@@ -593,7 +620,7 @@ class StreamSplits:
         """End the iteration of every copy (the workers' too) at their next poll."""
         self.stopped.set()
 
-    def __call__(self) -> Iterator[SplitLike | _CaughtUp]:
+    def __call__(self) -> Iterator[Dealt | _CaughtUp]:
         stream = self.stream
         # No read-ahead (it would read every other worker's share too), and none of the
         # threads of the process the copy came from.
@@ -608,7 +635,8 @@ class StreamSplits:
                     change = stream.poll()
                 if change is None:
                     return
-            yield from change.splits
+            for index, split in enumerate(change.splits):
+                yield Dealt(change.snapshot_id + index, split)
 
 
 def stream_dataset(stream: Any, **options: Any) -> Any:

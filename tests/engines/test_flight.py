@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -256,3 +259,243 @@ def test_tls_with_a_certificate(tmp_path):
                 fl.FlightDescriptor.for_path("shop.events"))
     finally:
         assert server.stop() == 0
+
+
+# -- issue 20 -------------------------------------------------------------------------------------
+
+
+def _data_files(lake_dir: Path, name: str) -> list[Path]:
+    with al.connect(lake_dir) as lake:
+        return sorted(Path(lake.table(name).location).rglob("*.parquet"))
+
+
+def _wait_until(condition: Any, seconds: float = 15.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+_STREAMING_CLIENT = """
+import sys, time, pyarrow as pa, pyarrow.flight as fl
+location, token, command = sys.argv[1:4]
+client = fl.connect(location)
+options = fl.FlightCallOptions(headers=[(b"authorization", f"Bearer {token}".encode())])
+schema = pa.schema([("id", pa.int64())])
+writer, _ = client.do_put(fl.FlightDescriptor.for_command(command.encode()), schema, options)
+for i in range(5):
+    writer.write_batch(pa.record_batch({"id": list(range(i * 1000, i * 1000 + 1000))},
+                                       schema=schema))
+print("sent", flush=True)
+time.sleep(600)  # stalls until killed, without ending its stream
+"""
+
+
+def test_a01_interrupted_put_commits_nothing(served):
+    lake_dir, server = served
+    name = "shop.put_killed"
+    with al.connect(lake_dir) as lake:  # every batch is flushed to its file as it arrives
+        lake.create_table(name, pa.schema([("id", pa.int64())]),
+                          properties={"write.buffer-size": "1"})
+    client = subprocess.Popen(
+        [sys.executable, "-c", _STREAMING_CLIENT, server.location, TOKEN,
+         json.dumps({"table": name})], stdout=subprocess.PIPE, text=True, env=_env())
+    try:
+        assert client.stdout is not None and client.stdout.readline().strip() == "sent"
+        assert _wait_until(lambda: _data_files(lake_dir, name))  # the put's files, uncommitted
+    finally:
+        client.kill()
+        client.wait()
+    # The server sees its stream end with the call cancelled: it deletes what it wrote.
+    assert _wait_until(lambda: not _data_files(lake_dir, name)), _data_files(lake_dir, name)
+    time.sleep(0.3)
+    with al.connect(lake_dir) as lake:
+        assert lake.table(name).snapshots().num_rows == 0
+    assert server.process.poll() is None
+
+
+def test_a01_a_put_past_its_deadline_commits_nothing(served):
+    lake_dir, server = served
+    client = server.client()
+    schema = pa.schema([("id", pa.int64())])
+    with al.connect(lake_dir) as lake:
+        lake.create_table("shop.put_late", schema, properties={"write.buffer-size": "1"})
+        lake.create_table("shop.put_late_keyed", schema, primary_key=["id"], buckets=1)
+    for name in ("shop.put_late", "shop.put_late_keyed"):
+        options = fl.FlightCallOptions(timeout=1.0, headers=AUTH.headers)
+        writer, _ = client.do_put(_command(table=name), schema, options)
+        with pytest.raises(fl.FlightError):  # the client learns that its put failed ...
+            for i in range(40):
+                writer.write_batch(pa.record_batch({"id": [i]}, schema=schema))
+                time.sleep(0.05)
+            writer.done_writing()
+            writer.close()
+        # ... and it did: nothing is committed, the files it wrote are deleted.
+        assert _wait_until(lambda name=name: not _data_files(lake_dir, name)), name
+        time.sleep(0.5)
+        with al.connect(lake_dir) as lake:
+            assert lake.table(name).snapshots().num_rows == 0, name
+
+
+def test_a01_a_put_retried_with_its_commit_id_is_written_once(served):
+    lake_dir, server = served
+    client = server.client()
+    data = events_data(0, 120)
+    with al.connect(lake_dir) as lake:
+        lake.create_table("shop.sink_once", EVENTS_SCHEMA)
+    answers = []
+    for _ in range(2):
+        writer, reader = client.do_put(_command(table="shop.sink_once", commit_id="load-7"),
+                                       data.schema, AUTH)
+        writer.write_table(data)
+        writer.done_writing()
+        answers.append(json.loads(reader.read().to_pybytes()))
+        writer.close()
+    assert [(a["rows"], a["duplicate"]) for a in answers] == [(120, False), (0, True)]
+    assert answers[0]["snapshot_id"] == answers[1]["snapshot_id"]
+    with al.connect(lake_dir) as lake:
+        assert lake.table("shop.sink_once").count() == 120
+    with pytest.raises(fl.FlightServerError, match="commit_id"):
+        writer, _ = client.do_put(_command(table="shop.sink_once", commit_id=7), data.schema,
+                                  AUTH)
+        writer.write_table(data)
+        writer.close()
+
+
+def test_a02_a_table_created_again_under_its_name_is_read_not_the_dropped_one(served):
+    lake_dir, server = served
+    client = server.client()
+    schema = pa.schema([("id", pa.int64()), ("who", pa.string())])
+    with al.connect(lake_dir) as lake:
+        old = lake.create_table("shop.reborn", schema)
+        first = old.append({"id": [1, 2, 3], "who": ["old"] * 3}).snapshot_id
+    stale = client.get_flight_info(_command(table="shop.reborn", snapshot=first), AUTH)
+    assert _read(client, _command(table="shop.reborn", snapshot=first))["who"].to_pylist() \
+        == ["old"] * 3
+    with al.connect(lake_dir) as lake:
+        lake.drop_table("shop.reborn")
+        new = lake.create_table("shop.reborn", schema)
+        assert new.append({"id": [10], "who": ["new"]}).snapshot_id == first
+    got = _read(client, _command(table="shop.reborn", snapshot=first))
+    assert got.to_pydict() == {"id": [10], "who": ["new"]}
+    for endpoint in stale.endpoints:  # the old table's tickets do not read the new table
+        with pytest.raises(fl.FlightServerError, match="SnapshotNotFound"):
+            client.do_get(endpoint.ticket, AUTH).read_all()
+    # An expired snapshot is not served from the plans cached for it.
+    fresh = client.get_flight_info(_command(table="shop.reborn", snapshot=first), AUTH)
+    with al.connect(lake_dir) as lake:
+        table = lake.table("shop.reborn")
+        table.overwrite({"id": [11], "who": ["newer"]})
+        table.expire_snapshots()
+    with pytest.raises(fl.FlightServerError, match="SnapshotNotFound") as info:
+        _read(client, _command(table="shop.reborn", snapshot=first))
+    assert info.value.extra_info == b"SnapshotNotFound"
+    for endpoint in fresh.endpoints:
+        with pytest.raises(fl.FlightServerError, match="SnapshotNotFound"):
+            client.do_get(endpoint.ticket, AUTH).read_all()
+
+
+def test_a10_empty_columns_give_the_rows_without_columns(served):
+    lake_dir, server = served
+    client = server.client()
+    descriptor = _command(table="shop.events", columns=[])
+    with al.connect(lake_dir) as lake:
+        rows = lake.table("shop.events").count()
+    info = client.get_flight_info(descriptor, AUTH)
+    assert info.schema.names == []
+    assert client.get_schema(descriptor, AUTH).schema.names == []
+    parts = [client.do_get(ep.ticket, AUTH).read_all() for ep in info.endpoints]
+    assert {p.column_names == [] for p in parts} == {True}
+    assert sum(p.num_rows for p in parts) == rows  # (concat_tables drops rows of no columns)
+
+
+def _serve_process(lake_dir: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "arrowlake.cli.main", "--lake", str(lake_dir),
+                           "serve", *extra], capture_output=True, text=True, timeout=60,
+                          env=_env())
+
+
+def _one_error_line(done: subprocess.CompletedProcess[str]) -> str:
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    (line,) = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    return line
+
+
+def test_a03_serve_reports_a_port_in_use_a_wrong_key_and_a_binary_token_file(tmp_path):
+    lake_dir = tmp_path / "lake"
+    al.connect(lake_dir).close()
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        line = _one_error_line(_serve_process(lake_dir, "--port", str(port)))
+    assert f"127.0.0.1:{port}" in line and "in use" in line
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    cert, _ = _self_signed(tmp_path / "a")
+    _, other_key = _self_signed(tmp_path / "b")
+    line = _one_error_line(_serve_process(lake_dir, "--port", "0", "--tls-cert", str(cert),
+                                          "--tls-key", str(other_key)))
+    assert str(cert) in line and str(other_key) in line and "does not match" in line
+    tokens = tmp_path / "tokens.bin"
+    tokens.write_bytes(b"\xff\xfe\x00secret\n")
+    line = _one_error_line(_serve_process(lake_dir, "--port", "0", "--token-file", str(tokens)))
+    assert str(tokens) in line and "UTF-8" in line
+
+
+def _stalled_put(server: Server, table: str) -> fl.FlightStreamWriter:
+    client = server.client()
+    writer, _ = client.do_put(_command(table=table), pa.schema([("id", pa.int64())]))
+    writer.write_batch(pa.record_batch({"id": [1]}))
+    return writer
+
+
+def test_a12_serve_cancels_calls_still_open_after_the_shutdown_timeout(tmp_path):
+    lake_dir = tmp_path / "lake"
+    with al.connect(lake_dir) as lake:
+        lake.create_table("s.t", pa.schema([("id", pa.int64())]))
+    server = Server(lake_dir, "--shutdown-timeout", "1s")
+    writer = _stalled_put(server, "s.t")
+    time.sleep(0.3)
+    server.process.send_signal(signal.SIGTERM)
+    started = time.monotonic()
+    assert server.process.wait(timeout=20) == 1
+    assert time.monotonic() - started >= 0.9  # the grace period was given
+    assert "--shutdown-timeout" in server.process.stderr.read()
+    with al.connect(lake_dir) as lake:
+        assert lake.table("s.t").snapshots().num_rows == 0
+    del writer
+
+
+def test_a12_a_second_signal_stops_serve_at_once(tmp_path):
+    lake_dir = tmp_path / "lake"
+    with al.connect(lake_dir) as lake:
+        lake.create_table("s.t", pa.schema([("id", pa.int64())]))
+    server = Server(lake_dir)  # the default grace: 30 s
+    writer = _stalled_put(server, "s.t")
+    time.sleep(0.3)
+    server.process.send_signal(signal.SIGTERM)
+    time.sleep(0.5)
+    assert server.process.poll() is None  # waiting for the put
+    server.process.send_signal(signal.SIGINT)
+    assert server.process.wait(timeout=10) == 128 + signal.SIGINT
+    del writer
+
+
+def test_serve_lets_a_running_put_finish_after_sigterm(tmp_path):
+    lake_dir = tmp_path / "lake"
+    with al.connect(lake_dir) as lake:
+        lake.create_table("s.t", pa.schema([("id", pa.int64())]))
+    server = Server(lake_dir)
+    writer = _stalled_put(server, "s.t")
+    time.sleep(0.3)
+    server.process.send_signal(signal.SIGTERM)
+    time.sleep(0.5)
+    writer.write_batch(pa.record_batch({"id": [2]}))
+    writer.done_writing()
+    writer.close()
+    assert server.process.wait(timeout=20) == 0
+    with al.connect(lake_dir) as lake:
+        assert sorted(lake.table("s.t").to_arrow()["id"].to_pylist()) == [1, 2]

@@ -263,6 +263,18 @@ def test_columns_without_a_tensor_form_are_refused_up_front(sqlite_lake):
         table.scan(columns=["id"]).to_torch(rank=0, world_size=2)
 
 
+@pytest.mark.parametrize(("option", "value"), [
+    ("batch_size", float("nan")), ("batch_size", 1.5), ("batch_size", True),
+    ("shuffle_buffer", float("nan")), ("rank", 0.5)])
+def test_a11_numeric_dataset_options_must_be_whole_numbers(sqlite_lake, option, value):
+    table = fill_append_table(sqlite_lake, commits=1)
+    options = {"rank": 0, "world_size": 1, option: value}
+    with pytest.raises(ValidationError, match=option):
+        table.scan(columns=["id"]).to_torch(**options)
+    with table.stream(columns=["id"]) as stream, pytest.raises(ValidationError, match=option):
+        stream.to_torch(**options)
+
+
 def test_datasets_pickle_for_spawned_workers(sqlite_lake):
     table = fill_append_table(sqlite_lake, commits=2, rows=50)
     ds = table.scan(columns=["id"]).to_torch(batch_size=1000, seed=2)
@@ -318,3 +330,89 @@ def test_a_live_stream_follows_the_table_as_it_grows(sqlite_lake):
     writer.join()
     assert sorted(seen) == list(range(start, start + added))  # only new rows, each once
     stream.close()
+
+
+ID_ONLY = pa.schema([pa.field("id", pa.int64(), nullable=False)])
+
+
+def _follow(ds, into: list[int]) -> None:
+    for batch in ds:
+        into.extend(batch.column("id").to_pylist())
+
+
+def test_a08_stream_readers_that_catch_up_differently_read_every_row_once(sqlite_lake):
+    # Rank 0 polls with 3 commits queued and follows the next 12 one by one; rank 1 first
+    # polls 15 commits behind (past catch_up_threshold): both must cut the history alike.
+    table = sqlite_lake.create_table("s.ids", ID_ONLY)
+    table.append({"id": [-1]})
+    start = table.current_snapshot_id + 1
+    for i in range(3):
+        table.append({"id": [i]})
+    got: list[list[int]] = [[], []]
+    datasets = [table.stream(start=start, poll_interval=0.02).to_torch(
+        batch_size=100, rank=rank, world_size=2, output="arrow") for rank in range(2)]
+    first = threading.Thread(target=_follow, args=(datasets[0], got[0]))
+    first.start()
+    for i in range(3, 15):
+        table.append({"id": [i]})
+        time.sleep(0.02)
+    second = threading.Thread(target=_follow, args=(datasets[1], got[1]))
+    second.start()
+    deadline = time.monotonic() + 30
+    while len(got[0]) + len(got[1]) < 15 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.2)  # (time for a row read twice to arrive)
+    for ds in datasets:
+        ds.close()
+    first.join(10)
+    second.join(10)
+    assert sorted(got[0] + got[1]) == list(range(15))
+    assert got[0] and got[1]
+
+
+WRITER = r"""
+import sys, time, pyarrow as pa, arrowlake as al
+table = al.connect(sys.argv[1]).table("s.ids")
+for i in range(int(sys.argv[2])):
+    table.append({"id": pa.array(range(i * 3, i * 3 + 3), pa.int64())})
+    time.sleep(0.002)
+"""
+
+
+def test_a08_two_dataloader_workers_with_a_writer_process_read_every_row_once(tmp_path):
+    import subprocess
+    from pathlib import Path
+
+    lake = al.connect(tmp_path / "lake")
+    table = lake.create_table("s.ids", ID_ONLY)
+    commits = 80
+    # Copies that poll at different moments find different numbers of commits queued: with
+    # catch-up, they would cut the same history into different changes.
+    stream = table.stream(start="latest", poll_interval=0.02, columns=["id"],
+                          catch_up_threshold=2)
+    ds = stream.to_torch(batch_size=64, output="arrow")
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(tmp_path / "lake"), str(commits)],
+        env={**__import__("os").environ, "PYTHONPATH": src})
+    # in_order=False: a worker with rows need not wait for one whose share has not come yet.
+    loader = DataLoader(ds, batch_size=None, num_workers=2, in_order=False, timeout=60)
+    seen: list[int] = []
+
+    def stop() -> None:  # the loader never ends by itself: stop once the writer's rows came
+        writer.wait(60)
+        deadline = time.monotonic() + 30
+        while len(seen) < 3 * commits and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.2)  # (time for a row read twice to arrive)
+        ds.close()
+
+    stopper = threading.Thread(target=stop)
+    stopper.start()
+    for batch in loader:
+        seen.extend(batch.column("id").to_pylist())
+    stopper.join()
+    assert writer.wait(60) == 0
+    assert sorted(seen) == list(range(3 * commits))  # every row once
+    stream.close()
+    lake.close()

@@ -136,20 +136,26 @@ def test_postgres_v1_database_is_upgraded(pg_server, tmp_path):
 
 
 @pytest.mark.parametrize("kind", METASTORES)
-def test_version_2_database_gets_the_consumers_table(kind, tmp_path, request):
+@pytest.mark.parametrize(("version", "added"), [
+    (2, ["al_consumer_leases", "al_consumers"]),
+    (3, ["al_consumer_leases"]),
+])
+def test_version_2_database_gets_the_consumers_table(kind, version, added, tmp_path, request):
     lake = make_lake(kind, tmp_path, request)
     table = lake.create_table("s.t", pa.schema([("x", pa.int64())]))
     table.append({"x": [1]})
     url = lake.metastore.url
     warehouse = lake.warehouse
     engine = lake.metastore.engine
-    with engine.begin() as conn:  # back to the version-2 tables
-        conn.exec_driver_sql("DROP TABLE al_consumers")
-        conn.exec_driver_sql("UPDATE al_meta SET value = '2' WHERE key = 'version'")
+    with engine.begin() as conn:  # back to the tables of that version
+        for name in added:
+            conn.exec_driver_sql(f"DROP TABLE {name}")
+        conn.exec_driver_sql(f"UPDATE al_meta SET value = '{version}' WHERE key = 'version'")
     lake.close()
     lake = al.connect(url, warehouse=warehouse)
     with lake.metastore.engine.connect() as conn:
-        assert conn.exec_driver_sql("SELECT value FROM al_meta").scalar_one() == "3"
+        assert conn.exec_driver_sql("SELECT value FROM al_meta").scalar_one() == str(
+            t.SCHEMA_VERSION)
     table = lake.table("s.t")
     with table.stream(consumer="c", stop_at_latest=True) as stream:
         [change] = list(stream)

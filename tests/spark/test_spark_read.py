@@ -8,9 +8,12 @@ import pyarrow as pa
 import pytest
 
 import arrowlake as al
+from arrowlake.errors import NotFound
 from tests.spark.helpers import all_types_data, as_spark_rows, frame_rows
 
 pytest.importorskip("pyspark")
+
+import arrowlake.spark as als
 
 ORDERS = pa.schema([("order_id", pa.int64()), ("day", pa.string()), ("customer", pa.string()),
                     ("amount", pa.int32())])
@@ -41,9 +44,7 @@ def test_format_works_without_registering_and_reads_an_append_table(spark, lake_
     t.append(orders(0, 500))
     t.append(orders(500, 300))
     df = read(spark, lake_path, "shop.orders")
-    import arrowlake.spark
-
-    arrowlake.spark.register(spark)  # the explicit way does the same
+    als.register(spark)  # the explicit way does the same
     assert read(spark, lake_path, "shop.orders").count() == 800
     assert df.schema.simpleString() == \
         "struct<order_id:bigint,day:string,customer:string,amount:int>"
@@ -149,55 +150,44 @@ def test_pushdown_returns_the_same_rows_as_no_pushdown(spark, lake_path, table_k
         for q in QUERIES:
             assert without[q] == frame_rows(plain.where(q)), q
             assert frame_rows(read(spark, lake_path, "shop.orders").where(q)) == without[q], q
-        # Partition and key filters prune splits: fewer input partitions.
+        # The source takes no pushed filter (see arrowlake.spark.source): nothing is pruned.
         full = read(spark, lake_path, "shop.orders", splitSize="1")
         assert full.rdd.getNumPartitions() == len(t.scan().plan(1))
         by_day = read(spark, lake_path, "shop.orders", splitSize="1").where(
             "day = '2026-11-02'")
-        assert by_day.rdd.getNumPartitions() < full.rdd.getNumPartitions()
-        by_key = read(spark, lake_path, "shop.orders", splitSize="1").where(
-            "order_id = 42 and day = '2026-11-01'")
-        assert by_key.count() == 1
-        if table_kind == "pk":  # the full key picks one bucket of one partition
-            assert by_key.rdd.getNumPartitions() == 1
+        assert by_day.rdd.getNumPartitions() == full.rdd.getNumPartitions()
     finally:
         spark.conf.set(key, "false")
 
 
-def test_pyspark_reuses_pushed_partitions_for_later_queries_of_one_dataframe(spark, lake_path,
-                                                                              pushdown):
-    """Pins the PySpark limitation documented in arrowlake.spark.source: if this starts
-    failing, PySpark fixed it and the note can go."""
+@pytest.mark.parametrize("table_kind", ["append", "pk"])
+def test_the_filter_option_prunes_and_holds_for_every_scan(spark, lake_path, table_kind):
     lake = al.connect(lake_path)
-    t = lake.create_table("shop.orders", ORDERS, partition_by=["day"])
-    t.append(orders(0, 30))
-    df = read(spark, lake_path, "shop.orders")
-    assert df.where("day = '2026-11-02'").count() == 10
-    assert df.count() == 10  # PySpark reuses the pushed query's partitions
-    assert read(spark, lake_path, "shop.orders").count() == 30  # a fresh load is right
-
-
-def test_filters_are_accepted_only_where_the_scan_applies_them_exactly():
-    from pyspark.sql import datasource as sds
-
-    from arrowlake.spark.filters import split_filters
-
-    schema = pa.schema([("i", pa.int64()), ("s", pa.string()), ("f", pa.float64()),
-                        ("u", pa.uint32()), ("ts", pa.timestamp("us", tz="UTC"))])
-    given = [sds.EqualTo(("i",), 3), sds.In(("s",), ("a", "b")), sds.IsNull(("f",)),
-             sds.Not(sds.GreaterThan(("i",), 5)), sds.StringStartsWith(("s",), "x"),
-             sds.LessThan(("f",), 1.0), sds.EqualTo(("u",), 1),
-             sds.GreaterThan(("ts",), datetime(2026, 1, 1)),
-             sds.StringEndsWith(("s",), "x"), sds.EqualTo(("i",), [1, 2]),
-             sds.EqualTo(("point", "x"), 1), sds.EqualTo(("i",), "not a number")]
-    expr, rejected = split_filters(given, schema)
-    assert str(expr) == "i = 3 AND s IN ('a', 'b') AND f IS NULL AND NOT (i > 5) AND s LIKE 'x%'"
-    assert rejected == given[5:]
+    if table_kind == "pk":
+        t = lake.create_table("shop.orders", ORDERS, primary_key=["order_id", "day"],
+                              partition_by=["day"], buckets=4)
+    else:
+        t = lake.create_table("shop.orders", ORDERS, partition_by=["day"])
+    t.append(orders(0, 3000))
+    full = read(spark, lake_path, "shop.orders", splitSize="1")
+    by_day = read(spark, lake_path, "shop.orders", splitSize="1", filter="day = '2026-11-02'")
+    assert by_day.rdd.getNumPartitions() < full.rdd.getNumPartitions()
+    assert frame_rows(by_day) == as_spark_rows(t.scan("day = '2026-11-02'").to_arrow())
+    by_key = read(spark, lake_path, "shop.orders", splitSize="1",
+                  filter="order_id = 42 and day = '2026-11-01'")
+    if table_kind == "pk":  # the full key picks one bucket of one partition
+        assert by_key.rdd.getNumPartitions() == 1
+    # The filter is the DataFrame's: a self-join sees it on both sides.
+    by_key.createOrReplaceTempView("by_key")
+    assert spark.sql("select count(*) from by_key a join by_key b using (order_id)"
+                     ).first()[0] == 1
+    with pytest.raises(Exception, match="nope"):
+        read(spark, lake_path, "shop.orders", filter="nope = 1")
 
 
 def test_pushdown_on_a_dataframe_loaded_before_the_table_changed(spark, lake_path, pushdown):
-    """The pushdown worker takes the table schema from the loaded source (no second lookup);
-    the rows are still those of the snapshot current when the query runs."""
+    """A DataFrame loaded before the table changed: with pushdown on, each query plans again,
+    and the rows are those of the snapshot current when the query runs."""
     lake = al.connect(lake_path)
     t = lake.create_table("shop.orders", ORDERS, partition_by=["day"])
     t.append(orders(0, 300))
@@ -216,3 +206,41 @@ def test_pushdown_on_a_dataframe_loaded_before_the_table_changed(spark, lake_pat
         .schema("order_id long, day string, customer string, amount int") \
         .load("shop.orders")
     assert frame_rows(given.where(query)) == expected
+
+
+def test_a07_a_lake_that_does_not_exist_is_refused_and_nothing_is_created(spark, tmp_path):
+    typo = tmp_path / "lakee"
+    data = tmp_path / "data"  # a folder that holds other things, but no lake
+    data.mkdir()
+    (data / "orders.csv").write_text("a,b\n1,2\n")
+    one = spark.createDataFrame([(1, "d", "c", 1)], "order_id long, day string, "
+                                "customer string, amount int")
+    with pytest.raises(Exception, match="No lake at"):
+        read(spark, typo, "shop.orders").count()
+    with pytest.raises(Exception, match="No lake at"):
+        one.write.format("arrowlake").option("lake", str(data)).mode("append") \
+            .save("shop.orders")
+    with pytest.raises(Exception, match="No lake at"):
+        spark.readStream.format("arrowlake").option("lake", str(typo)).load("shop.orders")
+    for where in (typo, data, f"sqlite:///{tmp_path}/meta.db"):  # the driver's own check
+        with pytest.raises(NotFound, match="No lake at"):
+            als.read(spark, str(where), "shop.orders", warehouse=str(tmp_path / "wh"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]
+    assert [p.name for p in data.iterdir()] == ["orders.csv"]
+    # In a lake that exists, a table that does not is named as such.
+    al.connect(tmp_path / "lake")
+    with pytest.raises(Exception, match="TableNotFound"):
+        one.write.format("arrowlake").option("lake", str(tmp_path / "lake")) \
+            .mode("append").save("shop.orders")
+
+
+def test_a14_an_unreadable_as_of_is_a_validation_error(spark, lake_path):
+    from arrowlake.spark.source import ReadOptions
+
+    lake = al.connect(lake_path)
+    lake.create_table("shop.orders", ORDERS).append(orders(0, 10))
+    for text in ("garbage", "-5", "99999999999999999999"):
+        with pytest.raises(al.ValidationError, match="Invalid arrowlake read option: asOf"):
+            ReadOptions.from_options({"asof": text})
+    with pytest.raises(Exception, match="ValidationError: Invalid arrowlake read option: asOf"):
+        read(spark, lake_path, "shop.orders", asOf="garbage").count()

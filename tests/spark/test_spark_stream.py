@@ -273,3 +273,13 @@ def test_a_query_killed_and_restarted_from_its_checkpoint_writes_every_row_once(
                 maxSnapshotsPerTrigger=50), lake_path, "shop.copy", ck)
     ids = sorted(out.to_arrow().column("order_id").to_pylist())
     assert ids == list(range(105))
+
+
+def test_the_batch_filter_option_is_refused_by_streams(lake_path):
+    from arrowlake.spark.stream import ArrowlakeStreamReader, stream_schema
+
+    lake = al.connect(lake_path)
+    lake.create_table("shop.orders", ORDERS)
+    options = {"lake": str(lake_path), "path": "shop.orders", "filter": "amount > 1"}
+    with pytest.raises(al.ValidationError, match="filter is for batch reads"):
+        ArrowlakeStreamReader(options, stream_schema(options))

@@ -13,6 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from arrowlake.errors import ConsumerInUse
 from tests.conftest import make_lake
 
 WRITER = r"""
@@ -114,4 +115,82 @@ def test_consumer_killed_with_sigkill_resumes_at_its_last_commit(kind, tmp_path,
     for r in records:
         assert r["n"] == [r["snapshot"] - 1] * 2
     assert table.consumers().column("next_snapshot").to_pylist() == [count + 1]
+    lake.close()
+
+
+HOLDER = r"""
+import sys, time, arrowlake as al, arrowlake.streaming.stream as st
+uri, warehouse, ready, host, lease = sys.argv[1:6]
+if host:
+    st._HOST = host  # as if on another machine: its process id cannot be checked from here
+st.LEASE_SECONDS = float(lease)
+lake = al.connect(uri, warehouse=warehouse) if warehouse else al.connect(uri)
+table = lake.table("s.events")
+stream = table.stream(consumer="shared", start="earliest", poll_interval=0.05,
+                      catch_up_threshold=None)
+for change in stream:
+    stream.commit(change.snapshot_id)
+    if change.snapshot_id == table.current_snapshot_id:
+        open(ready, "w").write("holding")  # caught up; it goes on following the table
+"""
+
+
+def _holder(uri: str, warehouse: str, ready: Path, host: str = "", lease: float = 60
+            ) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", HOLDER, uri, warehouse, str(ready), host,
+                             str(lease)], env=_env())
+
+
+def _wait_for(ready: Path, process: subprocess.Popen) -> None:
+    deadline = time.time() + 60
+    while not ready.exists():
+        assert process.poll() is None, "the holder ended early"
+        assert time.time() < deadline
+        time.sleep(0.01)
+
+
+def test_18c_a_second_process_sharing_a_consumer_id_is_refused_until_the_first_is_gone(
+        tmp_path, request):
+    kind = "sqlite"
+    lake = make_lake(kind, tmp_path, request)
+    table = lake.create_table("s.events", pa.schema([("n", pa.int64())]))
+    for i in range(2):
+        table.append({"n": [i]})
+    uri, warehouse = _uri(kind, lake, tmp_path)
+    first = _holder(uri, warehouse, tmp_path / "first")
+    _wait_for(tmp_path / "first", first)
+    # Another process is refused while the holder lives: it would get every change too and
+    # move the recorded progress back.
+    with pytest.raises(ConsumerInUse, match=f"another open stream \\(process {first.pid} "):
+        table.stream(consumer="shared")
+    assert table.consumers().column("next_snapshot").to_pylist() == [3]
+
+    # A holder killed on this machine gives the id up at once: its process is gone.
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait(30)
+    table.append({"n": [2]})
+    with table.stream(consumer="shared", stop_at_latest=True) as stream:
+        assert [c.snapshot_id for c in stream] == [3]  # resumes after the last commit
+        stream.commit()
+
+    # One on another machine (its process cannot be checked): once its lease expired.
+    remote = _holder(uri, warehouse, tmp_path / "remote", host="elsewhere", lease=1.5)
+    table.append({"n": [3]})
+    _wait_for(tmp_path / "remote", remote)  # (it read snapshot 4 and is holding)
+    os.kill(remote.pid, signal.SIGKILL)
+    remote.wait(30)
+    killed = time.monotonic()
+    with pytest.raises(ConsumerInUse, match="until its lease expires"):
+        table.stream(consumer="shared")
+    while True:
+        try:
+            taken = table.stream(consumer="shared", stop_at_latest=True)
+            break
+        except ConsumerInUse:
+            assert time.monotonic() - killed < 30
+            time.sleep(0.1)
+    assert time.monotonic() - killed >= 1.0
+    with taken:
+        assert [c.snapshot_id for c in taken] == []
+    assert table.consumers().column("next_snapshot").to_pylist() == [5]
     lake.close()

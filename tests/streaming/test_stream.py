@@ -12,7 +12,8 @@ import pyarrow as pa
 import pytest
 
 import arrowlake as al
-from arrowlake.errors import SnapshotNotFound, ValidationError
+from arrowlake.errors import ConsumerInUse, SnapshotNotFound, ValidationError
+from tests.conftest import make_lake
 
 KEYED = pa.schema([pa.field("k", pa.int64(), nullable=False), ("region", pa.string()),
                    ("amount", pa.int64())])
@@ -318,3 +319,174 @@ def test_next_change_is_read_ahead_with_the_same_rows(sqlite_lake):
     assert with_prefetch == without
     assert ahead == [False, True, True, True, True]
     assert not any(none_ahead)
+
+
+# -- issue 20 --------------------------------------------------------------------------------
+
+
+def test_a04_a_stream_over_a_dropped_table_raises_table_not_found(sqlite_lake):
+    t = sqlite_lake.create_table("s.t", PLAIN)
+    t.append({"id": [1], "region": ["EU"]})
+    stream = t.stream(consumer="etl", poll_interval=0.05)
+    seen: list[object] = []
+
+    def consume() -> None:
+        try:
+            for change in stream:
+                seen.append(change.kind)
+        except al.TableNotFound:
+            seen.append("TableNotFound")
+
+    reader = threading.Thread(target=consume, daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 10
+    while not seen and time.monotonic() < deadline:
+        time.sleep(0.01)
+    sqlite_lake.drop_table("s.t")
+    reader.join(10)
+    assert not reader.is_alive()
+    assert seen == ["full", "TableNotFound"]
+    stream.close()
+
+    # Bound to the table, not its name: a table created since under the name is another one.
+    t = sqlite_lake.create_table("s.t", PLAIN)
+    t.append({"id": [1], "region": ["EU"]})
+    stream = t.stream(start="latest")
+    sqlite_lake.drop_table("s.t")
+    again = sqlite_lake.create_table("s.t", PLAIN)
+    again.append({"id": [2], "region": ["US"]})
+    with pytest.raises(al.TableNotFound, match="dropped"):
+        stream.poll()
+    stream.close()
+
+
+def _net_change_table(lake: al.Lake) -> tuple[al.Table, int]:
+    t = lake.create_table("s.kv", KEYED, primary_key=["k"], buckets=2)
+    t.upsert({"k": [1, 2, 3], "region": ["EU", "US", "EU"], "amount": [10, 20, 30]})
+    start = t.current_snapshot_id
+    t.upsert({"k": [1, 4], "region": ["EU", "US"], "amount": [11, 40]})
+    t.delete("k = 2")
+    return t, start
+
+
+def test_a10_stream_columns_empty_gives_the_rows_with_no_columns(sqlite_lake):
+    t = sqlite_lake.create_table("s.t", PLAIN)
+    t.append({"id": [1, 2], "region": ["EU", "US"]})
+    t.append({"id": [3], "region": ["EU"]})
+    t.delete("id = 1")
+    expected = t.scan(columns=[]).to_arrow()
+    assert (expected.num_rows, expected.column_names) == (2, [])
+    changes = list(t.stream(columns=[], start="earliest", stop_at_latest=True,
+                            catch_up_threshold=None))
+    tables = [c.to_arrow() for c in changes]
+    assert [(x.num_rows, x.column_names) for x in tables] == [(2, []), (1, []), (1, [])]
+    assert [sum(b.num_rows for b in c.to_batches()) for c in changes] == [2, 1, 1]
+    kinds = [c.to_arrow() for c in t.stream(columns=[], include_row_kind=True,
+                                            start="earliest", stop_at_latest=True,
+                                            catch_up_threshold=None)]
+    assert [x.to_pydict() for x in kinds] == [
+        {"_row_kind": ["+I", "+I"]}, {"_row_kind": ["+I"]}, {"_row_kind": ["-D"]}]
+    [full] = list(t.stream(columns=[], stop_at_latest=True))
+    assert full.to_arrow().num_rows == 2
+    appended = sqlite_lake.create_table("s.appended", PLAIN)
+    for i in range(3):
+        appended.append({"id": [i, i], "region": ["EU", "US"]})
+    [caught_up] = list(appended.stream(columns=[], start="earliest", stop_at_latest=True,
+                                       catch_up_threshold=1))
+    assert caught_up.kind == "catch-up"
+    assert caught_up.to_arrow().num_rows == 6
+
+    # Primary-key tables: the changes as written, and the net change when catching up.
+    kv, start = _net_change_table(sqlite_lake)
+    per_snapshot = [c.to_arrow() for c in kv.stream(
+        columns=[], include_row_kind=True, start=start + 1, stop_at_latest=True,
+        catch_up_threshold=None)]
+    assert [x.to_pydict() for x in per_snapshot] == [
+        {"_row_kind": ["+I", "+I"]}, {"_row_kind": ["-D"]}]
+    [net] = list(kv.stream(columns=[], include_row_kind=True, start=start + 1,
+                           stop_at_latest=True, catch_up_threshold=1))
+    assert sorted(net.to_arrow().column("_row_kind").to_pylist()) == ["+I", "+U", "-D"]
+    [net] = list(kv.stream(columns=[], start=start + 1, stop_at_latest=True,
+                           catch_up_threshold=1))
+    assert (net.to_arrow().num_rows, net.to_arrow().column_names) == (3, [])
+
+
+def test_a10_stream_columns_empty_on_a_lookup_changelog(sqlite_lake):
+    t = sqlite_lake.create_table("s.kv", KEYED, primary_key=["k"], buckets=1,
+                                 changelog_producer="lookup")
+    t.upsert({"k": [1, 2], "region": ["EU", "US"], "amount": [10, 20]})
+    start = t.current_snapshot_id
+    t.upsert({"k": [1, 3], "region": ["EU", "EU"], "amount": [11, 30]})
+    [change] = list(t.stream(columns=[], include_row_kind=True, start=start + 1,
+                             stop_at_latest=True))
+    assert sorted(change.to_arrow().column("_row_kind").to_pylist()) == ["+I", "+U", "-U"]
+    [change] = list(t.stream(columns=[], start=start + 1, stop_at_latest=True))
+    assert (change.to_arrow().num_rows, change.to_arrow().column_names) == (3, [])
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf"), 1e12, -1, True,
+                                   "1"])
+def test_a11_poll_interval_nan_infinite_or_unwaitable_is_refused(sqlite_lake, value):
+    t = sqlite_lake.create_table("s.t", PLAIN)
+    with pytest.raises(ValidationError, match="poll_interval must be a number of seconds"):
+        t.stream(start="latest", poll_interval=value)
+    for threshold in (True, 0, 1.5, float("nan")):
+        with pytest.raises(ValidationError, match="catch_up_threshold"):
+            t.stream(start="latest", catch_up_threshold=threshold)
+    t.stream(start="latest", poll_interval=0).close()  # 0: poll without pause, as before
+
+
+def test_18d_commit_past_what_the_stream_yielded_is_refused(sqlite_lake):
+    t = sqlite_lake.create_table("s.t", PLAIN)
+    for i in range(4):
+        t.append({"id": [i], "region": ["EU"]})
+    with t.stream(consumer="etl", start="earliest", catch_up_threshold=None) as stream:
+        first = next(stream)
+        assert first.snapshot_id == 1
+        with pytest.raises(ValidationError, match="yielded changes up to snapshot 1"):
+            stream.commit(3)
+        stream.commit(first.snapshot_id)
+    assert t.consumers().column("next_snapshot").to_pylist() == [2]
+    # The restart resumes after what was committed: nothing is skipped.
+    with t.stream(consumer="etl", stop_at_latest=True, catch_up_threshold=None) as stream:
+        assert [c.snapshot_id for c in stream] == [2, 3, 4]
+    # Before the first (full) change is yielded, there is nothing to commit.
+    with t.stream(consumer="fresh") as stream:
+        with pytest.raises(ValidationError, match="not yielded its first change"):
+            stream.commit()
+        assert next(stream).kind == "full"
+        stream.commit()
+    assert t.consumers().to_pydict()["next_snapshot"] == [2, 5]  # etl, fresh
+
+
+def test_18c_a_commit_never_moves_a_consumers_progress_back(sqlite_lake):
+    t = sqlite_lake.create_table("s.t", PLAIN)
+    for i in range(4):
+        t.append({"id": [i], "region": ["EU"]})
+    with t.stream(consumer="etl", start="earliest", stop_at_latest=True,
+                  catch_up_threshold=None) as stream:
+        assert [c.snapshot_id for c in stream] == [1, 2, 3, 4]
+        stream.commit(3)
+        stream.commit(1)  # an older snapshot: changes nothing
+    assert t.consumers().column("next_snapshot").to_pylist() == [4]
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_18c_a_second_open_stream_of_a_consumer_id_is_refused(kind, tmp_path, request):
+    t = make_lake(kind, tmp_path, request).create_table("s.t", PLAIN)
+    t.append({"id": [1], "region": ["EU"]})
+    first = t.stream(consumer="etl", start="earliest")
+    with pytest.raises(ConsumerInUse, match="held by another open stream"):
+        t.stream(consumer="etl")
+    t.stream(consumer="other").close()  # other ids are free
+    first.close()
+    # Closed (or garbage-collected, or at the end of a stop_at_latest iteration): free again.
+    second = t.stream(consumer="etl", start="earliest", stop_at_latest=True)
+    assert [c.snapshot_id for c in second] == [1]
+    third = t.stream(consumer="etl", start="earliest")
+    with pytest.raises(ConsumerInUse, match="taken over by another stream"):
+        second.commit(1)  # the id is the open stream's now
+    del third
+    second.commit(1)
+    assert t.consumers().column("next_snapshot").to_pylist() == [2]
+    second.close()

@@ -368,5 +368,6 @@ def cmd_serve(args: argparse.Namespace, lake: Lake, out: Output) -> int:
     """Serve the lake over Arrow Flight until SIGTERM/SIGINT; prints the location first."""
     tokens = flight.read_tokens(args.token_file) if args.token_file else None
     flight.serve(lake, args.host, args.port, tokens=tokens, tls_cert=args.tls_cert,
-                 tls_key=args.tls_key, out=out.stdout)
+                 tls_key=args.tls_key, out=out.stdout,
+                 shutdown_timeout=args.shutdown_timeout.total_seconds())
     return 0

@@ -150,6 +150,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "per line)")
     p.add_argument("--tls-cert", metavar="PEM", help="serve TLS with this certificate")
     p.add_argument("--tls-key", metavar="PEM", help="the certificate's private key")
+    p.add_argument("--shutdown-timeout", type=parse_duration, default=parse_duration("30s"),
+                   metavar="DURATION",
+                   help="after SIGTERM/Ctrl-C, how long running calls may take before they "
+                        "are cancelled (default: 30s; a second signal exits at once)")
     return parser
 
 

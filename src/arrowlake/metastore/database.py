@@ -290,6 +290,9 @@ class Database:
                 # Version 3 only adds a table (``create_all`` made it already, unless another
                 # process raced this one): nothing else changes.
                 t.consumers.create(conn, checkfirst=True)
+            if version <= 3:
+                # Version 4 only adds the consumers' leases.
+                t.consumer_leases.create(conn, checkfirst=True)
             if version <= 4:
                 # Version 5 only adds the deletion vectors' table.
                 t.vectors.create(conn, checkfirst=True)

@@ -3,11 +3,14 @@ snapshots added and removed, and consumers' persisted progress."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 import sqlalchemy as sa
+from sqlalchemy.engine import Connection
 
+from arrowlake.errors import ConsumerInUse
 from arrowlake.metastore import tables as t
 from arrowlake.metastore.database import Database
 from arrowlake.metastore.records import (
@@ -17,6 +20,17 @@ from arrowlake.metastore.records import (
     now_ms,
     rows_to_table,
 )
+
+
+@dataclass(frozen=True)
+class LeaseHolder:
+    """Who holds a consumer's lease: a token unique to one open stream, and where it runs
+    (``host`` names the machine and PID namespace, so that a holder's process id can be
+    checked there)."""
+
+    token: str
+    host: str
+    pid: int
 
 
 class Streams(Database):
@@ -44,6 +58,10 @@ class Streams(Database):
             query = query.where(s.snapshot_id <= upto)
         with self._read() as conn:
             rows = conn.execute(query.order_by(s.snapshot_id).limit(limit)).all()
+            if not rows and conn.execute(sa.select(t.tables.c.table_id).where(
+                    t.tables.c.table_id == table_id)).first() is None:
+                # A dropped table has no snapshots: tell that apart from "nothing new".
+                raise self._dropped(table_id)
         return [dict(r._mapping) for r in rows]
 
     def earliest_snapshot_id(self, table_id: int) -> int | None:
@@ -75,22 +93,113 @@ class Streams(Database):
                 (c.table_id == table_id) & (c.consumer_id == consumer_id))).first()
         return None if row is None else int(row[0])
 
-    def commit_consumer(self, table_id: int, consumer_id: str, next_snapshot: int) -> None:
-        """Record, in one transaction, that ``consumer_id`` resumes at ``next_snapshot``."""
+    def commit_consumer(self, table_id: int, consumer_id: str, next_snapshot: int,
+                        holder: LeaseHolder | None = None, lease_ms: int | None = None) -> int:
+        """Record, in one transaction, that ``consumer_id`` resumes at ``next_snapshot``, unless
+        it already resumes later (progress never moves backwards); the position it resumes at
+        now. With ``holder``: refused with ConsumerInUse when another holder has the consumer's
+        lease, and with ``lease_ms`` the holder's lease is renewed for that long."""
         check_name("consumer", consumer_id)
         c = t.consumers.c
         with self._write() as conn:
             self._lock_table(conn, table_id)
             now = now_ms()
-            res = conn.execute(t.consumers.update().where(
-                (c.table_id == table_id) & (c.consumer_id == consumer_id)
-            ).values(next_snapshot=next_snapshot, committed_at=now))
-            if res.rowcount == 0:
+            if holder is not None:
+                self._check_lease(conn, table_id, consumer_id, holder, now, lease_ms)
+            where = (c.table_id == table_id) & (c.consumer_id == consumer_id)
+            recorded = conn.execute(sa.select(c.next_snapshot).where(where)).scalar()
+            if recorded is not None:
                 # The table row lock serializes this with every other consumer commit of the
-                # table, so no concurrent insert of the same id can slip in between.
+                # table, so the comparison and the update see the same row.
+                next_snapshot = max(int(recorded), next_snapshot)
+                conn.execute(t.consumers.update().where(where).values(
+                    next_snapshot=next_snapshot, committed_at=now))
+            else:
                 conn.execute(t.consumers.insert().values(
                     table_id=table_id, consumer_id=consumer_id, next_snapshot=next_snapshot,
                     committed_at=now))
+        return next_snapshot
+
+    # -- leases: one open stream per consumer id -------------------------------------------------
+
+    def acquire_consumer_lease(self, table_id: int, consumer_id: str, holder: LeaseHolder,
+                               lease_ms: int, alive: Any) -> None:
+        """Make ``holder`` the one holder of the consumer id for ``lease_ms``, or raise
+        ConsumerInUse while another holder's lease runs. ``alive(lease_row)`` says whether a
+        lease row's holder is known to be alive or dead (True/False), or cannot tell (None):
+        the lease of a holder known dead is taken over at once, of one known alive never."""
+        check_name("consumer", consumer_id)
+        c = t.consumer_leases.c
+        where = (c.table_id == table_id) & (c.consumer_id == consumer_id)
+        with self._write() as conn:
+            self._lock_table(conn, table_id)
+            now = now_ms()
+            row = conn.execute(sa.select(t.consumer_leases).where(where)).first()
+            values = {"holder": holder.token, "host": holder.host, "pid": holder.pid,
+                      "expires_at": now + lease_ms}
+            if row is None:
+                conn.execute(t.consumer_leases.insert().values(
+                    table_id=table_id, consumer_id=consumer_id, **values))
+                return
+            if row.holder != holder.token:
+                state = alive(row)
+                if state or (state is None and row.expires_at > now):
+                    raise self._in_use(consumer_id, row, now, known_alive=bool(state))
+            conn.execute(t.consumer_leases.update().where(where).values(**values))
+
+    def renew_consumer_lease(self, table_id: int, consumer_id: str, holder: LeaseHolder,
+                             lease_ms: int) -> None:
+        """Extend ``holder``'s lease; ConsumerInUse when another holder took it over."""
+        with self._write() as conn:
+            self._lock_table(conn, table_id)
+            self._check_lease(conn, table_id, consumer_id, holder, now_ms(), lease_ms)
+
+    def release_consumer_lease(self, table_id: int, consumer_id: str, holder: LeaseHolder
+                               ) -> None:
+        """Give up ``holder``'s lease (nothing when another holder has it by now)."""
+        c = t.consumer_leases.c
+        with self._write() as conn:
+            conn.execute(t.consumer_leases.delete().where(
+                (c.table_id == table_id) & (c.consumer_id == consumer_id)
+                & (c.holder == holder.token)))
+
+    def _check_lease(self, conn: Connection, table_id: int, consumer_id: str,
+                     holder: LeaseHolder, now: int, lease_ms: int | None) -> None:
+        """Within a write transaction holding the table's row lock: raise ConsumerInUse when
+        another holder has the lease (even expired: ``holder`` was superseded); else, with
+        ``lease_ms``, renew ``holder``'s lease (taking it again if it was released)."""
+        c = t.consumer_leases.c
+        where = (c.table_id == table_id) & (c.consumer_id == consumer_id)
+        row = conn.execute(sa.select(t.consumer_leases).where(where)).first()
+        if row is not None and row.holder != holder.token:
+            raise self._in_use(consumer_id, row, now, lost=True)
+        if lease_ms is None:
+            return
+        values = {"holder": holder.token, "host": holder.host, "pid": holder.pid,
+                  "expires_at": now + lease_ms}
+        if row is None:
+            conn.execute(t.consumer_leases.insert().values(
+                table_id=table_id, consumer_id=consumer_id, **values))
+        else:
+            conn.execute(t.consumer_leases.update().where(where).values(**values))
+
+    @staticmethod
+    def _in_use(consumer_id: str, row: Any, now: int, lost: bool = False,
+                known_alive: bool = False) -> ConsumerInUse:
+        seconds = max(0.0, (int(row.expires_at) - now) / 1000)
+        until = ("while it is open" if known_alive else
+                 f"until its lease expires in {seconds:.0f} s (it renews it while it runs)")
+        what = ("This stream's lease on consumer " if lost else "Consumer ") + repr(consumer_id)
+        if lost:
+            return ConsumerInUse(
+                f"{what} was taken over by another stream (process {row.pid} on {row.host}), "
+                "after this one was closed or went longer than its lease without polling or "
+                "committing: its progress is no longer this stream's to record. Open the "
+                "stream again once the other one is closed")
+        return ConsumerInUse(
+            f"{what} is held by another open stream (process {row.pid} on {row.host}) "
+            f"{until}: two streams of one consumer would both get every change. Close the "
+            "other stream (stream.close()), or use another consumer id")
 
     def consumers(self, table_id: int) -> pa.Table:
         """``consumer``, ``next_snapshot``, ``committed_at`` (UTC) per consumer, by id."""

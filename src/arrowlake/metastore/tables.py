@@ -25,8 +25,9 @@ from sqlalchemy import (
 #: Bumped whenever the tables below change; ``Metastore`` brings older databases forward.
 #: Version 2: table, partition and file ids are never reused (SQLite AUTOINCREMENT; PostgreSQL
 #: sequences never reused them), and snapshots record their write token and when they stopped
-#: being current. Version 3: streaming consumers' progress (``al_consumers``). Version 5:
-#: deletion vectors of primary-key tables written in merge-on-write mode (``al_vectors``).
+#: being current. Version 3: streaming consumers' progress (``al_consumers``). Version 4:
+#: consumers' leases (``al_consumer_leases``). Version 5: deletion vectors of primary-key
+#: tables written in merge-on-write mode (``al_vectors``).
 SCHEMA_VERSION = 5
 
 metadata = MetaData()
@@ -169,6 +170,21 @@ consumers = Table(
     # The first snapshot the consumer has not processed yet: a restarted stream resumes there.
     Column("next_snapshot", BigInteger, nullable=False),
     Column("committed_at", BigInteger, nullable=False),  # epoch ms of the last progress commit
+    PrimaryKeyConstraint("table_id", "consumer_id"),
+    ForeignKeyConstraint(["table_id"], ["al_tables.table_id"], ondelete="CASCADE"),
+)
+
+consumer_leases = Table(
+    "al_consumer_leases",
+    metadata,
+    Column("table_id", Integer, nullable=False),
+    Column("consumer_id", String(255), nullable=False),
+    # The open stream that holds the consumer id: a random token, and where it runs (the
+    # process id within ``host``, which names the machine and PID namespace).
+    Column("holder", String(64), nullable=False),
+    Column("host", String(255), nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("expires_at", BigInteger, nullable=False),  # epoch ms; the holder renews it
     PrimaryKeyConstraint("table_id", "consumer_id"),
     ForeignKeyConstraint(["table_id"], ["al_tables.table_id"], ondelete="CASCADE"),
 )

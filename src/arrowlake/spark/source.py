@@ -10,26 +10,32 @@ Options (case-insensitive):
   as JSON in ``storageOptions``. Executors open nothing but storage: splits and write targets
   carry what they need.
 - reading: ``snapshot`` (id), ``asOf`` (ISO date-time, or epoch milliseconds), ``tag``,
-  ``columns`` (comma-separated: PySpark gives Python sources no column pruning, so this is how
-  to read only some columns; a schema given with ``.schema(...)`` does the same), ``splitSize``
-  (bytes per input partition; the table's ``read.split-size`` by default), ``minPartitions``
-  (without ``splitSize``, splits are made smaller to give at least this many input
-  partitions; the driver's CPU count by default).
+  ``filter`` (an arrowlake filter, ``"day = '2026-11-01' and id < 10"``: prunes partitions,
+  buckets and files, and drops the rows it does not match), ``columns`` (comma-separated:
+  PySpark gives Python sources no column pruning, so this is how to read only some columns; a
+  schema given with ``.schema(...)`` does the same), ``splitSize`` (bytes per input partition;
+  the table's ``read.split-size`` by default), ``minPartitions`` (without ``splitSize``,
+  splits are made smaller to give at least this many input partitions; the driver's CPU count
+  by default).
 - writing: ``write`` = ``append`` (an upsert on primary-key tables) | ``upsert`` | ``changes``
   (with ``rowKind``, the column holding ``+I -U +U -D``; ``op`` by default); with
   ``mode("overwrite")``, ``replaceWhere`` replaces only the matching rows; ``commitId`` makes the
   commit idempotent.
 
-Filters: with ``spark.sql.python.filterPushdown.enabled`` true, the reader takes the filters
-the scan applies exactly (see :mod:`arrowlake.spark.filters`) and gives the rest back; the
-accepted ones prune partitions, buckets and files when splits are planned.
+The lake must exist: a path with no ``arrowlake.db`` (or a SQLite URL naming no file) is
+refused with :class:`~arrowlake.errors.NotFound`, creating nothing (a typo would otherwise leave
+a new lake behind on the driver and on every executor).
 
-A PySpark limitation (4.1-4.3) to know with pushdown on: Spark keeps the partitions planned
-for the last query of a DataFrame that pushed filters and reuses them for later queries of the
-same DataFrame that push none (no filter, or none of the simple kinds), so such a later query
-sees only the earlier query's rows. With pushdown on, load a fresh DataFrame for each query
-(``spark.read.format("arrowlake")...load(...)``), or use :func:`arrowlake.spark.read`, which
-does not depend on it. tests/spark pins both behaviours.
+Spark's filters (``.where(...)``) are never taken by the reader, whatever
+``spark.sql.python.filterPushdown.enabled`` says: Spark applies them to the rows read. PySpark
+4.3.0 keeps the partitions and read function planned by ``pushFilters`` on the data source
+object that every scan of the DataFrame shares (``PythonDataSourceV2.setReadInfo``), and every
+scan reads whatever the last ``pushFilters`` planned; a query that pushes no filter reuses it.
+So a DataFrame or view scanned twice (a self-join, a view used twice in one query, a correlated
+subquery, a second query) would read splits pruned for another scan's filter. Nothing a reader
+sees tells those scans apart, so no pruning by pushed filters is safe; the ``filter`` option is,
+because it belongs to the DataFrame and every scan of it means the same rows.
+tests/spark/test_spark_multiscan.py checks both settings.
 
 The pieces a streaming reader or writer needs are functions here, not reader methods:
 :func:`open_table`, :func:`split_partitions`, :func:`read_partition` and the staged write of
@@ -42,30 +48,29 @@ import base64
 import json
 import os
 import pickle
-import sys
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
+import sqlalchemy as sa
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
     DataSourceReader,
-    Filter,
     InputPartition,
     WriterCommitMessage,
 )
 from pyspark.sql.types import StructType
 
-from arrowlake.errors import ValidationError
-from arrowlake.expressions import AlwaysTrue, Expr, and_all, to_expression
+from arrowlake.errors import NotFound, ValidationError
+from arrowlake.expressions import Expr, to_expression
+from arrowlake.io.storage import normalize_location
 from arrowlake.lake import Lake, connect
 from arrowlake.scan.scan import Scan
 from arrowlake.scan.split import Split
-from arrowlake.spark.filters import split_filters
 from arrowlake.spark.types import (
     from_spark_batch,
     spark_arrow_schema,
@@ -136,11 +141,30 @@ _LAKES: dict[LakeOptions, Lake] = {}
 _LAKES_LOCK = threading.Lock()
 
 
+def _require_lake(uri: str) -> None:
+    """Refuse a lake that does not exist yet: :func:`arrowlake.connect` would create one
+    wherever it is pointed, so a typo in option('lake') would leave a stray lake behind (on the
+    driver and on every executor) before failing with TableNotFound."""
+    if "://" not in uri or uri.startswith("file://"):
+        database = os.path.join(normalize_location(uri), "arrowlake.db")
+    elif uri.startswith("sqlite"):
+        database = sa.engine.make_url(uri).database or ""
+        if database in ("", ":memory:") or database.startswith("file:"):
+            return
+    else:
+        return  # a database server: its lake is its metastore tables, created on first use
+    if not os.path.exists(database):
+        raise NotFound(
+            f"No lake at {uri!r} (no {database} there): check option('lake', ...); a new lake "
+            "is made with arrowlake.connect(...) or 'arrowlake import --create'")
+
+
 def open_lake(where: LakeOptions) -> Lake:
-    """The lake, connected once per process."""
+    """The lake, connected once per process; a lake that does not exist is refused."""
     with _LAKES_LOCK:
         lake = _LAKES.get(where)
         if lake is None:
+            _require_lake(where.uri)
             lake = connect(where.uri, warehouse=where.warehouse,
                            storage_options=json.loads(where.storage_json) or None)
             _LAKES[where] = lake
@@ -168,28 +192,38 @@ class ReadOptions:
     columns: tuple[str, ...] | None = None
     split_size: int | None = None
     min_partitions: int = 1
+    filter: str | None = None  # an arrowlake filter, applied by every scan of the DataFrame
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> ReadOptions:
         snapshot = options.get("snapshot")
-        as_of_text = options.get("asof")
-        as_of = None
-        if as_of_text:
-            text = str(as_of_text).strip()
-            as_of = (datetime.fromtimestamp(int(text) / 1000, UTC) if text.isdigit()
-                     else datetime.fromisoformat(text))
         columns = options.get("columns")
         split_size = options.get("splitsize")
         min_partitions = options.get("minpartitions")
         try:
-            return cls(int(snapshot) if snapshot not in (None, "") else None, as_of,
-                       options.get("tag") or None,
+            return cls(int(snapshot) if snapshot not in (None, "") else None,
+                       _as_of(options.get("asof")), options.get("tag") or None,
                        tuple(c.strip() for c in columns.split(",") if c.strip())
                        if columns else None,
                        _bytes(split_size) if split_size else None,
-                       int(min_partitions) if min_partitions else os.cpu_count() or 1)
+                       int(min_partitions) if min_partitions else os.cpu_count() or 1,
+                       options.get("filter") or None)
         except ValueError as exc:
             raise ValidationError(f"Invalid arrowlake read option: {exc}") from None
+
+
+def _as_of(value: str | None) -> datetime | None:
+    """``asOf``: epoch milliseconds, or an ISO date-time (taken as
+    :meth:`arrowlake.table.Table.scan` takes ``as_of``)."""
+    if not value:
+        return None
+    text = str(value).strip()
+    try:
+        return (datetime.fromtimestamp(int(text) / 1000, UTC) if text.isdigit()
+                else datetime.fromisoformat(text))
+    except (ValueError, OverflowError, OSError):
+        raise ValueError(f"asOf={text!r} is neither an ISO date-time (2026-11-01T08:00:00"
+                         "+00:00) nor epoch milliseconds") from None
 
 
 def _bytes(text: str) -> int:
@@ -204,9 +238,11 @@ def _bytes(text: str) -> int:
 
 def table_scan(table: Table, read: ReadOptions, filter: Expr | str | None = None,
                columns: Sequence[str] | None = None) -> Scan:
-    """The scan a read option set describes (``columns`` overrides ``read.columns``)."""
+    """The scan a read option set describes (``filter`` and ``columns`` override
+    ``read.filter`` and ``read.columns``)."""
     cols = columns if columns is not None else read.columns
-    return table.scan(filter, list(cols) if cols is not None else None,
+    return table.scan(filter if filter is not None else read.filter,
+                      list(cols) if cols is not None else None,
                       snapshot=read.snapshot, as_of=read.as_of, tag=read.tag)
 
 
@@ -254,63 +290,30 @@ def read_partition(partition: SplitPartition, target: pa.Schema) -> Iterator[pa.
         yield to_spark_batch(batch, target)
 
 
-def _pushdown_requested() -> bool:
-    """Whether the reader is being made by PySpark's filter pushdown worker.
-
-    PySpark (4.1-4.3) refuses a reader that implements ``pushFilters`` unless
-    ``spark.sql.python.filterPushdown.enabled`` is true, and does not tell the source that
-    setting: its pushdown worker is the only one that calls ``pushFilters``, so the reader
-    offers the method exactly when that worker asks for a reader. tests/spark checks both
-    settings.
-    """
-    frame = sys._getframe(1)
-    for _ in range(16):
-        if frame is None:
-            return False
-        if frame.f_code.co_filename.endswith("data_source_pushdown_filters.py"):
-            return True
-        frame = frame.f_back  # type: ignore[assignment]
-    return False
-
-
 class ArrowlakeReader(DataSourceReader):
-    """Plans on the driver (one partition per split); executors read splits."""
+    """Plans on the driver (one partition per split); executors read splits.
 
-    def __init__(self, options: Mapping[str, str], schema: StructType,
-                 table_schema: pa.Schema | None = None) -> None:
+    It keeps ``DataSourceReader.pushFilters``, which takes no filter: Spark applies every
+    filter of the query itself (see the module docstring for why no pushed filter is safe).
+    """
+
+    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         self.options = dict(options)
         self.columns = tuple(schema.fieldNames())
         self.target = spark_arrow_schema(schema)
-        self.filter: Expr = AlwaysTrue()
-        self.table_schema = table_schema
-
-    def _scan(self) -> Scan:
-        table = open_table(self.options)
-        return table_scan(table, ReadOptions.from_options(self.options), self.filter,
-                          self.columns)
 
     def partitions(self) -> Sequence[InputPartition]:
         if SPLITS_OPTION in self.options:
-            splits = decode_splits(self.options[SPLITS_OPTION])
-            return [SplitPartition(replace(s, filter=and_all([s.filter, self.filter])))
-                    for s in splits] or [SplitPartition(None)]
+            # Planned by arrowlake.spark.read, its filter already in each split.
+            return [SplitPartition(s) for s in decode_splits(self.options[SPLITS_OPTION])] \
+                or [SplitPartition(None)]
         read = ReadOptions.from_options(self.options)
-        return split_partitions(self._scan(), read.split_size, read.min_partitions)
+        scan = table_scan(open_table(self.options), read, columns=self.columns)
+        return split_partitions(scan, read.split_size, read.min_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, SplitPartition)
         return read_partition(partition, self.target)
-
-
-class ArrowlakeFilteringReader(ArrowlakeReader):
-    """The reader with filter pushdown (see :func:`_pushdown_requested`)."""
-
-    def pushFilters(self, filters: list[Filter]) -> list[Filter]:
-        schema = (self.table_schema if self.table_schema is not None
-                  else source_schema(self.options))
-        accepted, rejected = split_filters(filters, schema)
-        self.filter = accepted
-        return rejected
 
 
 # -- writing ------------------------------------------------------------------------------------
@@ -392,12 +395,8 @@ class ArrowlakeDataSource(DataSource):
         return FORMAT
 
     def table_schema(self) -> pa.Schema:
-        """The Arrow schema of a read with these options, looked up once per instance.
-
-        PySpark calls :meth:`schema` in one Python worker, pickles this instance and hands it
-        to the workers that push filters and plan partitions: they find the schema here
-        rather than opening the table again (a metastore round trip per query).
-        """
+        """The Arrow schema of a read with these options, looked up once per instance (it
+        travels with the instance PySpark pickles for its other workers)."""
         cached: pa.Schema | None = self.__dict__.get("_table_schema")
         if cached is None:
             cached = self._table_schema = source_schema(self.options)
@@ -407,9 +406,6 @@ class ArrowlakeDataSource(DataSource):
         return spark_schema(self.table_schema())
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        if _pushdown_requested():
-            return ArrowlakeFilteringReader(self.options, schema,
-                                            self.__dict__.get("_table_schema"))
         return ArrowlakeReader(self.options, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> ArrowlakeWriter:

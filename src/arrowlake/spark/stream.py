@@ -27,7 +27,8 @@ the whole table as of ``e``, as ``+I`` rows. Options:
   streaming reads alike and without telling the source which one it is, so the column is an
   option rather than the default of streams; a schema given with ``.schema(...)`` that
   contains ``_row_kind`` has the same effect.
-- ``columns``: the columns to read (comma-separated).
+- ``columns``: the columns to read (comma-separated). The batch option ``filter`` is refused:
+  filter a stream's rows with ``.where(...)``.
 
 Writing: each micro-batch is staged by the tasks (:func:`arrowlake.table.staged.stage`) and
 committed once on the driver with the commit id ``spark-stream:<query id>:<batch id>``; the
@@ -163,6 +164,10 @@ class ArrowlakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 f"Option startingSnapshot must be full, latest, earliest or a snapshot id, "
                 f"got {start!r}")
         self.start = start
+        if self.options.get("filter"):
+            raise ValidationError(
+                "Option filter is for batch reads (spark.read); filter a stream's rows with "
+                ".where(...)")
         self._table: Table | None = open_table(self.options)
 
     @property

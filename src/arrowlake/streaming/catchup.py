@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 from arrowlake.expressions import AlwaysTrue, Expr, evaluate
 from arrowlake.merge import ROW_KIND, RowKind
 from arrowlake.scan.split import Split
-from arrowlake.streaming.change import ROW_KIND_FIELD
+from arrowlake.streaming.change import ROW_KIND_FIELD, no_columns
 from arrowlake.table.changelog import diff
 
 _KIND_NAMES = pa.array(["+I", "-U", "+U", "-D"], pa.string())
@@ -68,6 +68,8 @@ class NetChangeSplit:
         arrays = [changes.column(c) for c in self.columns]
         if self.include_row_kind:
             arrays.append(pc.take(_KIND_NAMES, changes.column(ROW_KIND)))
+        if not arrays:  # columns=[]: the rows, with no columns
+            return no_columns(changes.num_rows)
         return pa.Table.from_arrays(arrays, schema=self.output_schema())
 
     def to_batches(self) -> Iterator[pa.RecordBatch]:

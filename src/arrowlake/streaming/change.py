@@ -67,6 +67,8 @@ class ChangeSplit:
                 arrays.append(pc.take(_KIND_NAMES, codes))
             else:
                 arrays.append(_constant(self.row_kind, batch.num_rows))
+        if not arrays:  # columns=[]: the rows, with no columns
+            return batch.select([]).replace_schema_metadata(None)
         return pa.RecordBatch.from_arrays(arrays, schema=self.output_schema())
 
     def to_batches(self) -> Iterator[pa.RecordBatch]:
@@ -153,13 +155,16 @@ class ReferencedChangeSplit:
             runs.column(KIND_COLUMN).to_numpy()))
         index = np.concatenate([index, n + inserted])
         kinds = np.concatenate([kinds, np.full(len(inserted), int(RowKind.INSERT), np.int8)])
-        out = values.take(pa.array(index))
+        # (A table of no columns keeps no rows through take: count them by the index.)
+        out = values.take(pa.array(index)) if self.needed else no_columns(len(index))
         if not isinstance(self.filter, AlwaysTrue):
             keep = pc.fill_null(evaluate(self.filter, out), False)
             out, kinds = out.filter(keep), kinds[keep.to_numpy(zero_copy_only=False)]
         arrays = [out.column(c) for c in self.columns]
         if self.include_row_kind:
             arrays.append(pc.take(_KIND_NAMES, pa.array(kinds)))
+        if not arrays:
+            return no_columns(len(kinds))
         return pa.Table.from_arrays(arrays, schema=self.output_schema())
 
     def to_batches(self) -> Iterator[pa.RecordBatch]:
@@ -172,6 +177,11 @@ class ReferencedChangeSplit:
 #: What a change is made of: plain change splits, lookup changelogs that refer to their runs,
 #: or net-change splits when catching up.
 AnySplit = Union[ChangeSplit, ReferencedChangeSplit, "NetChangeSplit"]
+
+
+def no_columns(rows: int) -> pa.Table:
+    """A table of ``rows`` rows and no columns (what ``columns=[]`` reads)."""
+    return pa.table({"rows": pa.nulls(rows)}).select([])
 
 
 def _constant(kind: str, length: int) -> pa.Array:
@@ -216,6 +226,8 @@ class Change:
         tables = [split.to_arrow() for split in self.splits]
         if not tables:
             return self.schema.empty_table()
+        if not self.schema.names:  # concatenating tables of no columns would lose the rows
+            return no_columns(sum(t.num_rows for t in tables))
         return pa.concat_tables(tables)
 
     def to_pandas(self, **kwargs: Any) -> pd.DataFrame:

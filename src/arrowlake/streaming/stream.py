@@ -16,7 +16,10 @@ to be seen if no signal arrives, and signals make the usual wait much shorter wh
 full poll only when something was committed.
 
 Consumers: with ``consumer="id"``, ``commit(snapshot_id)`` records in the metastore that the
-consumer resumes after that snapshot; a stream opened later with the same id starts there.
+consumer resumes after that snapshot; a stream opened later with the same id starts there. An
+open stream holds its consumer id with a lease in the metastore (:class:`_Lease`): a second
+stream of the same id is refused while the first is open, and a stream whose process died
+gives the id up at once on its own machine, elsewhere when the lease expires.
 """
 
 from __future__ import annotations
@@ -24,8 +27,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
+import os
+import socket
 import threading
 import time
+import uuid
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
@@ -54,7 +61,8 @@ from arrowlake.expressions import (
 from arrowlake.merge.runs import KIND_COLUMN, KIND_FIELD
 from arrowlake.metastore import signals
 from arrowlake.metastore.records import epoch_ms
-from arrowlake.metastore.store import check_name
+from arrowlake.metastore.store import Metastore, check_name
+from arrowlake.metastore.streams import LeaseHolder
 from arrowlake.scan.adapters import adapter
 from arrowlake.scan.planning import (
     TableView,
@@ -94,6 +102,105 @@ _SPLIT_BYTES = 128 * 1024 * 1024
 #: When the stream is behind, the files of the next queued snapshots are fetched with one range
 #: query for up to this many of their files (by the snapshots' recorded file counts).
 _BATCH_FILES = 20_000
+
+#: How long a consumer's lease lasts unless renewed; an open stream renews it at a poll or
+#: commit once a quarter of it has passed, and waits at most that long between polls.
+LEASE_SECONDS = 60.0
+
+
+def _where_this_runs() -> str:
+    """The machine and PID namespace this process runs in: where its process id means it."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return socket.gethostname()[:255]
+    return f"{socket.gethostname()[:150]} (boot {boot}, {namespace})"
+
+
+_HOST = _where_this_runs()
+
+
+def _holder_alive(lease: Any) -> bool | None:
+    """Whether the stream holding a lease row is alive: False when its process is known to be
+    gone, None when that cannot be told from here (another machine: its lease's expiry
+    decides)."""
+    if lease.host != _HOST:
+        return None
+    if lease.pid == os.getpid():
+        return True  # another open stream of this process
+    try:
+        os.kill(int(lease.pid), 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # it exists (another user's process)
+    return True
+
+
+class _Lease:
+    """An open stream's hold on its consumer id (see the module docs). Only the process that
+    took it renews or releases it: forked copies of the stream (DataLoader workers) do not."""
+
+    def __init__(self, metastore: Metastore, table_id: int, consumer: str) -> None:
+        self.metastore, self.table_id, self.consumer = metastore, table_id, consumer
+        self.holder = LeaseHolder(uuid.uuid4().hex, _HOST, os.getpid())
+        self.held = False
+        self.renewed = 0.0
+        self.take()
+
+    @property
+    def ms(self) -> int:
+        return int(LEASE_SECONDS * 1000)
+
+    def _mine(self) -> bool:
+        return os.getpid() == self.holder.pid
+
+    def take(self) -> None:
+        """Hold the consumer id (ConsumerInUse while another open stream holds it)."""
+        self.metastore.acquire_consumer_lease(self.table_id, self.consumer, self.holder,
+                                              self.ms, _holder_alive)
+        self.held, self.renewed = True, time.monotonic()
+
+    def keep(self) -> None:
+        """Before a poll: take the id again if it was given up, renew it when due."""
+        if not self._mine():
+            return
+        if not self.held:
+            self.take()
+        elif time.monotonic() - self.renewed >= LEASE_SECONDS / 4:
+            self.metastore.renew_consumer_lease(self.table_id, self.consumer, self.holder,
+                                                self.ms)
+            self.renewed = time.monotonic()
+
+    def commit(self, next_snapshot: int) -> None:
+        """Record progress (refused once another stream holds the consumer id), renewing the
+        lease while held."""
+        renew = self.held and self._mine()
+        self.metastore.commit_consumer(self.table_id, self.consumer, next_snapshot,
+                                       holder=self.holder, lease_ms=self.ms if renew else None)
+        if renew:
+            self.renewed = time.monotonic()
+
+    def release(self) -> None:
+        if not (self.held and self._mine()):
+            return
+        self.held = False
+        # At interpreter exit or after a dropped table, there may be nothing to release
+        # (the lease then expires, or its process is seen to be gone).
+        with contextlib.suppress(Exception):
+            self.metastore.release_consumer_lease(self.table_id, self.consumer, self.holder)
+
+
+def _seconds(name: str, value: Any) -> float:
+    """A number of seconds a stream can wait: finite, >= 0, at most what threads can wait."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value) \
+            or not 0 <= value <= threading.TIMEOUT_MAX:
+        raise ValidationError(
+            f"{name} must be a number of seconds from 0 to {threading.TIMEOUT_MAX:.0f}, got "
+            f"{value!r}")
+    return float(value)
 
 
 @dataclass(frozen=True)
@@ -169,12 +276,10 @@ class Stream:
         if consumer is not None:
             check_name("consumer", consumer)
         self.consumer = consumer
-        if not isinstance(poll_interval, int | float) or poll_interval < 0:
-            raise ValidationError(f"poll_interval must be a number of seconds >= 0, "
-                                  f"got {poll_interval!r}")
-        self.poll_interval = float(poll_interval)
-        if catch_up_threshold is not None and (not isinstance(catch_up_threshold, int)
-                                               or catch_up_threshold < 1):
+        self.poll_interval = _seconds("poll_interval", poll_interval)
+        if catch_up_threshold is not None and (
+                isinstance(catch_up_threshold, bool) or not isinstance(catch_up_threshold, int)
+                or catch_up_threshold < 1):
             raise ValidationError(
                 f"catch_up_threshold must be a positive integer or None, got "
                 f"{catch_up_threshold!r}")
@@ -196,7 +301,20 @@ class Stream:
         self._merge: MergeSpec | None = table._merge_spec()
         self._queue: deque[_Snapshot] = deque()
         self._full_at: int | None = None
-        self.position = self._resolve_start(start)
+        # A consumer's stream holds its id (a read-only metastore cannot record progress, so
+        # its streams need no lease), taken before the position it resumes at is read.
+        self._lease: _Lease | None = None
+        if consumer is not None and not self._metastore.read_only:
+            self._lease = _Lease(self._metastore, self._table_id, consumer)
+        try:
+            self.position = self._resolve_start(start)
+        except BaseException:
+            if self._lease is not None:
+                self._lease.release()
+            raise
+        # Released by close(), or when the stream is collected or the interpreter exits.
+        self._release_lease = weakref.finalize(
+            self, self._lease.release if self._lease is not None else _nothing)
         self._closed = False
         self._wake = threading.Event()
         self._async_wakers: list[Callable[[], None]] = []
@@ -273,16 +391,35 @@ class Stream:
     def commit(self, snapshot_id: int | None = None) -> None:
         """Record that this consumer has processed everything up to ``snapshot_id`` (by default
         the last change yielded): a stream opened later with the same consumer id resumes with
-        the snapshot after it. One metastore transaction."""
+        the snapshot after it. One metastore transaction.
+
+        A snapshot this stream has not yielded yet is refused; one before the consumer's
+        recorded progress changes nothing (progress never moves backwards). Refused with
+        ConsumerInUse when another stream has taken over the consumer id.
+        """
         if self.consumer is None:
             raise ValidationError(
                 "This stream has no consumer id, so it has no progress to commit: open it "
                 "with table.stream(consumer='name')")
+        if self._full_at is not None:
+            raise ValidationError(
+                f"Consumer {self.consumer!r} of table {self._table.name} has not yielded its "
+                f"first change yet (the full state at snapshot {self._full_at}): commit once "
+                "it is processed")
         if snapshot_id is None:
             snapshot_id = self.position
         if isinstance(snapshot_id, bool) or not isinstance(snapshot_id, int) or snapshot_id < 0:
             raise ValidationError(f"snapshot_id must be a snapshot id, got {snapshot_id!r}")
-        self._metastore.commit_consumer(self._table_id, self.consumer, snapshot_id + 1)
+        if snapshot_id > self.position:
+            raise ValidationError(
+                f"Consumer {self.consumer!r} of table {self._table.name} cannot commit snapshot "
+                f"{snapshot_id}: the stream has yielded changes up to snapshot {self.position} "
+                "only, and a restart would skip the changes in between. Commit the "
+                "snapshot_id of a change once it is processed")
+        if self._lease is not None:
+            self._lease.commit(snapshot_id + 1)
+        else:
+            self._metastore.commit_consumer(self._table_id, self.consumer, snapshot_id + 1)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -292,6 +429,7 @@ class Stream:
             return
         self._closed = True
         self._release()
+        self._release_lease()
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
         self._signal()
@@ -325,9 +463,10 @@ class Stream:
         """A PyTorch ``IterableDataset`` that follows this stream (the ``torch`` extra).
 
         Every DataLoader worker (forked: the Linux default) follows its own copy of the stream
-        from this position and reads every n-th split of the changes, so together the workers
-        of all ranks read each change once; see :func:`arrowlake.torch.stream_dataset`. The
-        dataset does not commit a consumer's progress.
+        from this position, one change per snapshot, and reads its share of each change's
+        splits (dealt by snapshot id and split index), so together the workers of all ranks
+        read each row once; see :func:`arrowlake.torch.StreamSplits`. The dataset does not
+        commit a consumer's progress.
         """
         return adapter("torch.stream")(
             self, batch_size=batch_size, shuffle_buffer=shuffle_buffer, seed=seed,
@@ -335,12 +474,15 @@ class Stream:
 
     def _worker_copy(self) -> None:
         """Make this (forked) copy read alone: no read-ahead, and no threads or futures of the
-        process it was copied from."""
+        process it was copied from; and without catch-up, so that every copy cuts the history
+        into the same changes (one per snapshot, each planned from its snapshot alone) however
+        far behind it polls."""
         if self._pool is not None:
             self._pool.shutdown(wait=False)  # in a forked copy its threads never existed
         self._prefetch = False
         self._pool = None
         self._prefetched = {}
+        self.catch_up_threshold = None
 
     # -- iteration ---------------------------------------------------------------------------
 
@@ -355,9 +497,10 @@ class Stream:
             if change is not None:
                 return change
             if self.stop_at_latest:
+                self._finished()
                 break
             # Polls start every poll_interval: the poll's own time is part of the interval.
-            self._wake.wait(max(0.0, started + self.poll_interval - time.monotonic()))
+            self._wake.wait(self._wait(started))
         raise StopIteration
 
     def __aiter__(self) -> Stream:
@@ -380,20 +523,36 @@ class Stream:
                 if change is not None:
                     return change
                 if self.stop_at_latest:
+                    self._finished()
                     break
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(
-                        woken.wait(),
-                        max(0.0, started + self.poll_interval - time.monotonic()))
+                    await asyncio.wait_for(woken.wait(), self._wait(started))
         finally:
             with self._lock:
                 self._async_wakers.remove(wake)
         raise StopAsyncIteration
 
+    def _finished(self) -> None:
+        """A ``stop_at_latest`` iteration ended: give the consumer id up (commits stay
+        accepted while no other stream holds it; iterating again takes it again)."""
+        if self._lease is not None:
+            self._lease.release()
+
+    def _wait(self, started: float) -> float:
+        """Seconds to wait for a signal before the next poll (a consumer's stream polls often
+        enough to keep its lease)."""
+        wait = started + self.poll_interval - time.monotonic()
+        if self._lease is not None:
+            wait = min(wait, LEASE_SECONDS / 4)
+        return max(0.0, wait)
+
     def poll(self) -> Change | None:
-        """The next change, or None when caught up (never waits)."""
+        """The next change, or None when caught up (never waits). Raises TableNotFound once
+        the table was dropped (a table created since under the same name is another table)."""
         if self._closed:
             return None
+        if self._lease is not None:
+            self._lease.keep()
         if self._full_at is not None:
             snapshot_id, self._full_at = self._full_at, None
             info = self._metastore.snapshot(self._table_id, snapshot_id)
@@ -783,6 +942,10 @@ class Stream:
         if change is None or change.row_count > _PREFETCH_ROWS or self._closed:
             return change
         return replace(change, prefetched=change.to_arrow())
+
+
+def _nothing() -> None:
+    pass
 
 
 def _release_all(releases: list[Callable[[], None]]) -> None:

@@ -18,8 +18,9 @@ decides what change streams read for a snapshot of a primary-key table:
   that the write's runs hold (format 2, see :data:`AFTER_COLUMN`). The lookup starts while
   the write's runs are still being encoded (it needs their rows, not their files:
   :func:`finish_with_lookup`), and an error deletes the runs and the changelog files alike.
-  When another commit touching the same buckets lands first, the changelog is computed again
-  on top of it before the commit (the runs are kept).
+  A commit that lands first never fails the write: inside the commit's transaction, only the
+  keys that such commits also wrote are looked up again on top of them (a compaction changes
+  no value and nothing here; an overwrite, every key), see :func:`commit_runs`.
 
 - ``full-compaction``: writes yield nothing; ``compact(full=True)`` commits the difference
   between the merged table at the previous full compaction and now (``+I``, ``-U``/``+U``,
@@ -34,14 +35,14 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from arrowlake.errors import CommitConflict, ValidationError
+from arrowlake.errors import ValidationError
 from arrowlake.expressions import AlwaysTrue, Expr, and_all, col
 from arrowlake.io.stats import encode_partition_value, partition_path
 from arrowlake.io.writer import (
@@ -66,6 +67,7 @@ from arrowlake.schema import FIELD_ID_KEY, field_id
 from arrowlake.table.run_cache import (
     RUNS,
     DecodedRun,
+    as_ints,
     decoded_runs,
     integer_like,
     keep_runs,
@@ -252,24 +254,91 @@ class _Tally:
         return self.shown + self.additions - self.referenced
 
 
-def _settled(table: Table, files: list[NewFile], tally: _Tally | None
-             ) -> tuple[list[NewFile], bool]:
-    """The changelog files to commit and whether they are in format 2: a changelog of no rows
-    is committed as one without files (format 1), which streams skip at planning."""
-    if tally is None:
-        return files, False
-    if tally.rows == 0:
-        _discard(table, files)  # markers of unchanged rows only
-        return [], False
-    return _key_stats_only(table, files), True
+# A part's partition path and bucket: where its changelog file goes.
+_Where = tuple[str | None, int]
+# A place of the write's runs: partition path, partition values JSON and bucket.
+_Place = tuple[str | None, str | None, int]
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False)
 class LookupChangelog:
-    """The written changelog files of a lookup, and whether they are in format 2."""
+    """The lookup changelog of a write's runs until the write commits: the changes on
+    snapshot ``looked_up_at``, per partition and bucket, held in memory with the runs they were
+    computed from, and the changelog files written of them. A commit that lands first makes
+    only the changes of the keys it also wrote computed again (:func:`_rebase`)."""
 
-    files: list[NewFile]
-    referencing: bool
+    runs: dict[_Where, tuple[_Place, DecodedRun]]  # the write's rows, per partition and bucket
+    looked_up_at: int | None
+    referencing: bool  # the parts are in format 2 (see AFTER_COLUMN), else in format 1
+    additions: int  # format 2: the runs' rows that are not retractions (+I unless referred to)
+    parts: dict[_Where, _Part] = field(default_factory=dict)
+    written: dict[_Where, list[NewFile]] = field(default_factory=dict)
+
+    @property
+    def files(self) -> list[NewFile]:
+        return [f for where in sorted(self.written, key=_order) for f in self.written[where]]
+
+    @property
+    def empty(self) -> bool:
+        """Whether the changes yield no row (in format 2: markers of unchanged rows only)."""
+        if not self.referencing:
+            return not any(part[3].num_rows for part in self.parts.values())
+        tally = _Tally(self.additions)
+        for _ in tally.counted(self.parts.values()):
+            pass
+        return tally.rows == 0
+
+    @property
+    def format2(self) -> bool:
+        """Whether the changelog is committed in format 2: a changelog of no rows is committed
+        as one without files (format 1), which streams skip at planning."""
+        return self.referencing and not self.empty
+
+    def record(self, parts: Iterable[_Part]) -> Iterator[_Part]:
+        """``parts``, each kept as it passes."""
+        for part in parts:
+            where = (part[0], part[2])
+            held = self.parts.get(where)
+            self.parts[where] = part if held is None else (
+                *part[:3], pa.concat_tables([held[3], part[3].cast(held[3].schema)]))
+            yield part
+
+    def add(self, table: Table, files: Sequence[NewFile]) -> None:
+        if self.referencing:
+            files = _key_stats_only(table, files)
+        for f in files:
+            self.written.setdefault((f.partition_path, int(f.bucket or 0)), []).append(f)
+
+
+def _order(where: _Where) -> tuple[str, int]:
+    return where[0] or "", where[1]
+
+
+def _settle(table: Table, state: LookupChangelog, changed: Iterable[_Where] = ()) -> None:
+    """Bring the written files of ``state`` in line with its parts: the files of the parts
+    ``changed`` and of parts no longer committed deleted, every missing one written. A
+    changelog of no rows has no files; it is committed in format 1."""
+    changed = set(changed)
+    needed = set() if state.empty else {w for w, p in state.parts.items() if p[3].num_rows}
+    for where in [w for w in state.written if w not in needed or w in changed]:
+        _discard(table, state.written.pop(where))
+    missing = [state.parts[w] for w in sorted(needed - set(state.written), key=_order)]
+    if missing:
+        state.add(table, _write_parts(table, missing, referencing=state.referencing))
+
+
+def _start_lookup(table: Table, base: int | None, runs: dict[_Where, tuple[_Place, DecodedRun]],
+                  logs: list[DataFileWriter], dictionary: Sequence[str] | None = None
+                  ) -> LookupChangelog:
+    """The lookup changelog of ``runs`` on snapshot ``base``, its parts handed to the write
+    pool as they are computed, each writer appended to ``logs`` (the caller closes them and
+    adds their files to the state, or aborts them on an error)."""
+    parts, tally = _look_up(table, base, runs)
+    state = LookupChangelog(runs, base, tally is not None,
+                            tally.additions if tally is not None else 0)
+    _start_parts(table, state.record(parts), logs, referencing=state.referencing,
+                 dictionary=dictionary)
+    return state
 
 
 def finish_with_lookup(table: Table, base: int | None, writers: Sequence[DataFileWriter],
@@ -277,26 +346,43 @@ def finish_with_lookup(table: Table, base: int | None, writers: Sequence[DataFil
                        ) -> tuple[list[NewFile], LookupChangelog]:
     """Finish the data ``writers`` (their runs ``written`` already on the write pool) while the
     lookup changelog of those runs on snapshot ``base`` is computed and handed to the pool: the
-    lookup needs the runs' rows, not their files. Returns the runs' files and the changelog
-    files; on any error every file of both is deleted and the error re-raised."""
+    lookup needs the runs' rows, not their files. Returns the runs' files and the changelog;
+    on any error every file of both is deleted and the error re-raised."""
     logs: list[DataFileWriter] = []
     files: list[NewFile] = []
     changelog: list[NewFile] = []
+    state: LookupChangelog | None = None
     try:
         runs = decoded_runs(table, written)
-        parts, tally = lookup_written(table, base, runs)
-        _start_parts(table, parts, logs, referencing=tally is not None,
-                     dictionary=writers[0].dictionary if writers else None)
+        by_where = _by_where(table, [((w.partition_path, w.partition_values, int(w.bucket or 0)),
+                                      run) for w, run in runs])
+        state = _start_lookup(table, base, by_where, logs,
+                              dictionary=writers[0].dictionary if writers else None)
         files = close_all(writers)
         changelog = close_all(logs)
-        changelog, referencing = _settled(table, changelog, tally)
+        state.add(table, changelog)
+        changelog = []
+        _settle(table, state)
     except BaseException:
         for writer in [*writers, *logs]:
             writer.abort()
-        _discard(table, [*files, *changelog])
+        _discard(table, [*files, *changelog, *(state.files if state is not None else [])])
         raise
     keep_runs(table, runs)
-    return files, LookupChangelog(changelog, referencing)
+    return files, state
+
+
+def _by_where(table: Table, pairs: Iterable[tuple[_Place, DecodedRun]]
+              ) -> dict[_Where, tuple[_Place, DecodedRun]]:
+    """The runs per partition and bucket (several runs of one place joined, in order)."""
+    first = table._record.primary_key[0]
+    fast = integer_like(table.schema.field(first).type)
+    grouped: dict[_Where, tuple[_Place, list[DecodedRun]]] = {}
+    for place, run in pairs:
+        grouped.setdefault((place[0], place[2]), (place, []))[1].append(run)
+    return {where: (place, runs[0] if len(runs) == 1 else DecodedRun.of(
+                pa.concat_tables([r.rows for r in runs]), first, fast))
+            for where, (place, runs) in grouped.items()}
 
 
 def _read_versions(view: TableView, tasks: Sequence[FileTask], expr: Expr
@@ -433,36 +519,47 @@ def _plain_newest_wins(spec: MergeSpec) -> bool:
             and spec.sequence_field is None)
 
 
-def lookup_parts(table: Table, base: int | None, runs: Sequence[NewFile]
-                 ) -> tuple[Iterable[_Part], _Tally | None]:
-    """The exact changes that committing ``runs`` on top of snapshot ``base`` makes, per
-    partition and bucket (table columns + ``_row_kind`` codes), see the module docs, and in
-    format 2 (see :data:`AFTER_COLUMN`) the tally of the rows they yield.
-
-    Only the touched keys' versions are read and merged: the new runs whole, and from the
-    committed runs of their buckets the rows whose key one of them writes (files and row groups
-    outside the written key range skipped by their statistics, or found in the cache of
-    decoded runs)."""
+def _lookup_files(table: Table, base: int | None, runs: Sequence[NewFile]) -> LookupChangelog:
+    """The lookup changelog of written runs on snapshot ``base``, from their files (or the
+    cache of decoded runs), its files written."""
     rec = table._record
     view = table._view(base, current_schema=True)
     first = rec.primary_key[0]
     fast = integer_like(view.schema.field(first).type)
     fresh = _new_tasks(table, runs, (base or 0) + 1)
     decoded = _runs(view, fresh, AlwaysTrue(), first, fast, run_cache_bytes(rec.properties))
-    place: dict[_Unit, tuple[str | None, str | None, int]] = {}
-    for task, written in zip(fresh, runs, strict=True):
-        place.setdefault((task.partition_id, task.bucket),
-                         (written.partition_path, written.partition_values,
-                          int(written.bucket or 0)))
-    new = [((task.partition_id, task.bucket), run) for task, run in decoded.values()]
-    return _lookup(table, view, base, new, place)
+    by_where = _by_where(table, [
+        ((written.partition_path, written.partition_values, int(written.bucket or 0)),
+         decoded[task.file_id][1])
+        for task, written in zip(fresh, runs, strict=True) if task.file_id in decoded])
+    logs: list[DataFileWriter] = []
+    changelog: list[NewFile] = []
+    state: LookupChangelog | None = None
+    try:
+        state = _start_lookup(table, base, by_where, logs)
+        changelog = close_all(logs)
+        state.add(table, changelog)
+        changelog = []
+        _settle(table, state)
+    except BaseException:
+        for writer in logs:
+            writer.abort()
+        _discard(table, [*changelog, *(state.files if state is not None else [])])
+        raise
+    return state
 
 
-def lookup_written(table: Table, base: int | None,
-                   written: Sequence[tuple[DataFileWriter, DecodedRun]]
-                   ) -> tuple[Iterable[_Part], _Tally | None]:
-    """:func:`lookup_parts` of runs still being written: ``written`` pairs each run's writer
-    (its place) with the run's rows, so nothing waits for their files."""
+def _look_up(table: Table, base: int | None, runs: Mapping[_Where, tuple[_Place, DecodedRun]]
+             ) -> tuple[Iterable[_Part], _Tally | None]:
+    """The exact changes that committing ``runs`` (their places and rows) on top of snapshot
+    ``base`` makes, per partition and bucket (table columns + ``_row_kind`` codes), see the
+    module docs, and in format 2 (see :data:`AFTER_COLUMN`) the tally of the rows they yield.
+
+    Only the touched keys' versions are read and merged: the new runs whole, and from the
+    committed runs of their buckets the rows whose key one of them writes (files and row groups
+    outside the written key range skipped by their statistics, or found in the cache of
+    decoded runs). Partitions are found as they are now: one created since the runs were
+    written holds the versions another writer committed there."""
     rec = table._record
     view = table._view(base, current_schema=True)
     known = table._metastore.partition_ids(rec.table_id)
@@ -470,14 +567,13 @@ def lookup_written(table: Table, base: int | None,
     fresh = iter(range(-1, -(1 << 30), -1))
     place: dict[_Unit, tuple[str | None, str | None, int]] = {}
     new: list[tuple[_Unit, DecodedRun]] = []
-    for writer, run in written:
-        ppath = writer.partition_path
+    for (ppath, pvalues, bucket), run in runs.values():
         if ppath is not None and ppath not in pids:
-            pid = known.get(ppath, writer.partition_values)
+            pid = known.get(ppath, pvalues)
             # None: a new partition, with no committed runs in it.
             pids[ppath] = next(fresh) if pid is None else pid
-        unit = (pids[ppath] if ppath is not None else None, writer.bucket)
-        place.setdefault(unit, (ppath, writer.partition_values, int(writer.bucket or 0)))
+        unit = (pids[ppath] if ppath is not None else None, bucket)
+        place.setdefault(unit, (ppath, pvalues, bucket))
         new.append((unit, run))
     return _lookup(table, view, base, new, place)
 
@@ -500,6 +596,9 @@ def _lookup(table: Table, view: TableView, base: int | None,
     new_seq = (base or 0) + 1
     # The touched first-key values of each unit, and over all of them their range.
     touched: dict[_Unit, Any] = {}
+    # A run of no rows (a batch of retractions that the engine drops: first-row, ignore-delete)
+    # touches no key.
+    new = [(unit, run) for unit, run in new if run.rows.num_rows]
     for unit, run in new:
         touched.setdefault(unit, []).append(run)
     new_rows: dict[_Unit, DecodedRun] = {}
@@ -735,10 +834,6 @@ def full_compaction_changelog(table: Table, base: int) -> tuple[list[NewFile], d
 # -- committing -------------------------------------------------------------------------------
 
 
-class _StaleChangelog(CommitConflict):
-    """A lookup changelog computed on a snapshot that a concurrent commit changed."""
-
-
 def commit_runs(table: Table, kind: str, base: int | None, runs: list[NewFile],
                 rows: pa.Table, *, commit_id: str | None = None,
                 summary: dict[str, Any] | None = None,
@@ -747,7 +842,13 @@ def commit_runs(table: Table, kind: str, base: int | None, runs: list[NewFile],
     """Commit written runs with the changelog the table's producer asks for. ``on_rebase`` is
     the write's own conflict check; its CommitConflict reaches the caller unchanged.
     ``lookup_changelog``: a ``lookup`` table's changelog of ``runs`` on ``base``, already
-    written (:func:`finish_with_lookup`); computed again only if a commit lands first."""
+    written (:func:`finish_with_lookup`); computed here when not given.
+
+    A lookup changelog never makes the commit conflict. When commits landed after the snapshot
+    it was computed on, the commit's transaction (which holds the table, so nothing else lands
+    meanwhile) brings it up to date before recording it (:func:`_rebase`): only the keys those
+    commits also wrote are looked up again, so the work redone is bounded by what they wrote and
+    contention can delay a write but never fail it."""
     producer = changelog_producer(table)
     if producer == "none":
         return commit_files(table, kind, base, runs, commit_id=commit_id, summary=summary,
@@ -757,59 +858,198 @@ def commit_runs(table: Table, kind: str, base: int | None, runs: list[NewFile],
         return commit_files(table, kind, base, runs, commit_id=commit_id,
                             summary={**(summary or {}), "changelog": producer},
                             on_rebase=on_rebase)
-    units = pa.array(sorted({f.bucket for f in runs if f.bucket is not None}), pa.int32())
-    looked_up_at = base  # the snapshot the lookup read; the commit stays based on ``base``
-    for attempt in range(10):
-        try:
-            referencing = False
-            if producer == "input":
-                changelog = _write(table, rows) if rows.num_rows else []
-            elif attempt == 0 and lookup_changelog is not None:
-                changelog, referencing = lookup_changelog.files, lookup_changelog.referencing
+    state: LookupChangelog | None = None
+    try:
+        if producer == "input":
+            changelog = _write(table, rows) if rows.num_rows else []
+        else:
+            state = lookup_changelog if lookup_changelog is not None \
+                else _lookup_files(table, base, runs)
+            changelog = state.files
+    except BaseException:
+        _discard(table, runs)  # the changelog's own files are deleted already
+        raise
+    # Streams read only the changelog of a snapshot that says it has one (possibly empty: a
+    # lookup that found no value changed), never its runs.
+    noted = {**(summary or {}), "changelog": producer}
+    if state is not None and state.format2:
+        noted[REFERENCING_SUMMARY] = REFERENCING_FORMAT
+
+    def rebased(added: pa.Table) -> None:
+        # The write's own check sees every commit since its base.
+        if on_rebase is not None:
+            on_rebase(added)
+        if state is not None and _rebase(table, state, added):
+            # The transaction records the change's changelog and summary after this check:
+            # they are brought up to date in place.
+            changelog[:] = state.files
+            if state.format2:
+                noted[REFERENCING_SUMMARY] = REFERENCING_FORMAT
             else:
-                parts, tally = lookup_parts(table, looked_up_at, runs)
-                changelog, referencing = _settled(
-                    table, _write_parts(table, parts, referencing=tally is not None), tally)
-        except BaseException:
-            _discard(table, runs)  # the changelog's own files are deleted already
-            raise
+                noted.pop(REFERENCING_SUMMARY, None)
 
-        def stale(added: pa.Table, seen: int | None = looked_up_at) -> None:
-            # The write's own check sees every commit since its base, on every attempt.
-            if on_rebase is not None:
-                on_rebase(added)
-            # A commit after the snapshot the lookup read that touched these buckets makes the
-            # changelog stale: it is computed again on top of it. Input changelogs never are.
-            if producer != "lookup" or added.num_rows == 0:
-                return
-            newer = added if seen is None else added.filter(
-                pc.greater(added.column("added_snapshot"), seen))
-            if newer.num_rows and pc.any(pc.is_in(newer.column("bucket"), units)).as_py():
-                raise _StaleChangelog("stale changelog")
+    change = SnapshotChange(kind=kind, schema_id=table._record.current_schema_id, add=runs,
+                            commit_id=commit_id, summary=noted, on_rebase=rebased,
+                            changelog=changelog)
+    try:
+        result = table._metastore.commit(table._record.table_id, base, change)
+    except BaseException:
+        _discard(table, [*(state.files if state is not None else changelog), *runs])
+        raise
+    if result.duplicate:
+        _discard(table, [*changelog, *runs])
+        return WriteResult(result.snapshot_id, kind, attempts=result.attempts, duplicate=True)
+    return _result(kind, result, runs, 0, 0)
 
-        # Streams read only the changelog of a snapshot that says it has one (possibly empty:
-        # a lookup that found no value changed), never its runs.
-        noted = {**(summary or {}), "changelog": producer}
-        if referencing:
-            noted[REFERENCING_SUMMARY] = REFERENCING_FORMAT
-        change = SnapshotChange(kind=kind, schema_id=table._record.current_schema_id,
-                                add=runs, commit_id=commit_id, summary=noted,
-                                on_rebase=stale, changelog=changelog)
-        try:
-            result = table._metastore.commit(table._record.table_id, base, change)
-        except _StaleChangelog:
-            _discard(table, changelog)
-            if attempt == 9:
-                _discard(table, runs)
-                raise
-            looked_up_at = table.current_snapshot_id
+
+def _rebase(table: Table, state: LookupChangelog, added: pa.Table) -> bool:
+    """Bring a lookup changelog up to date with the commits that landed after the snapshot it
+    was computed on; called inside the commit's transaction, which holds the table, with the
+    files those commits added (``added``). Returns whether its files changed.
+
+    A compaction changes no value (its outputs keep the sequence range of their inputs, all
+    from before it): it changes nothing here. A new run (sequence range of its own snapshot)
+    in a bucket of the write changes the before-images (and, for merging engines, the
+    after-images) of the keys it wrote: of the write's keys, those are looked up again on the
+    current snapshot, and their changes replace theirs. A commit that removed files otherwise
+    (an overwrite) may have changed any key: everything is looked up again."""
+    rec = table._record
+    seen = state.looked_up_at
+    current = table._metastore.current_snapshot_id(rec.table_id)
+    if current is None or current == seen:
+        return False
+    snaps = table._metastore.snapshots(rec.table_id).select(
+        ["snapshot_id", "kind", "removed_files"])
+    if seen is not None:
+        snaps = snaps.filter(pc.greater(snaps.column("snapshot_id"), seen))
+    removed = pc.and_(pc.greater(snaps.column("removed_files"), 0),
+                      pc.not_equal(snaps.column("kind"), "compact"))
+    if pc.any(removed).as_py():
+        _look_up_again(table, state, current, None)
+        return True
+    added_at = added.column("added_snapshot")
+    newer = pc.and_(
+        pc.greater(added_at, -1 if seen is None else seen),
+        pc.fill_null(pc.equal(added.column("seq_max"), added_at), True))  # not a rewrite
+    buckets = pa.array(sorted({w[1] for w in state.runs}), pa.int32())
+    newer = pc.and_(newer, pc.is_in(added.column("bucket"), value_set=buckets))
+    new = added.filter(pc.fill_null(newer, True))
+    hit = _rewritten(table, state, current, new) if new.num_rows else {}
+    if not hit:
+        state.looked_up_at = current  # still exact on the current snapshot
+        return False
+    _look_up_again(table, state, current, hit)
+    return True
+
+
+def _rewritten(table: Table, state: LookupChangelog, current: int, new: pa.Table
+               ) -> dict[_Where, np.ndarray]:
+    """Per partition and bucket of the write, the positions of its rows whose key one of the
+    runs ``new`` wrote (compared on the first key column: for a composite key a superset,
+    which costs a little work and changes nothing)."""
+    rec = table._record
+    view = table._view(current, current_schema=True)
+    first = rec.primary_key[0]
+    first_type = view.schema.field(first).type
+    fast = integer_like(first_type)
+    ranges: dict[int, tuple[Any, Any]] = {}  # per bucket: the write's first-key range
+    for place, run in state.runs.values():
+        column = run.rows.column(first)
+        if len(column) == 0:
             continue
-        except BaseException:
-            _discard(table, [*changelog, *runs])
-            raise
-        if result.duplicate:
-            _discard(table, [*changelog, *runs])
-            return WriteResult(result.snapshot_id, kind, attempts=result.attempts,
-                               duplicate=True)
-        return _result(kind, result, runs, 0, 0)
-    raise AssertionError("unreachable")
+        low, high = (v.as_py() for v in pc.min_max(column).values())
+        held = ranges.get(place[2])
+        ranges[place[2]] = (low, high) if held is None else (
+            min(low, held[0]), max(high, held[1]))
+
+    def may_hold(task: FileTask) -> bool:
+        span = ranges.get(int(task.bucket or 0))
+        if span is None:
+            return False
+        if task.key_range is None:
+            return True
+        try:
+            return bool(task.key_range[0][0] <= span[1] and task.key_range[1][0] >= span[0])
+        except TypeError:
+            return True
+
+    tasks = [t for t in file_tasks(view, new) if may_hold(t)]
+    if not tasks:
+        return {}
+    lows, highs = zip(*ranges.values(), strict=True)
+    expr = and_all([col(first) >= min(lows), col(first) <= max(highs)])
+    theirs: dict[int, list[pa.Array]] = {}
+    for task, run in _runs(view, tasks, expr, first, fast,
+                           run_cache_bytes(rec.properties)).values():
+        theirs.setdefault(int(task.bucket or 0), []).extend(run.rows.column(first).chunks)
+    hit: dict[_Where, np.ndarray] = {}
+    for where, (_, run) in state.runs.items():
+        written = theirs.get(where[1])
+        if not written or run.rows.num_rows == 0:
+            continue
+        values = pa.chunked_array(written, first_type)
+        if fast and run.keys is not None:
+            mask = np.isin(run.keys, as_ints(values))
+        else:
+            mask = pc.is_in(run.rows.column(first), value_set=pc.unique(values)).to_numpy(
+                zero_copy_only=False)
+        if mask.any():
+            hit[where] = np.flatnonzero(mask)
+    return hit
+
+
+def _look_up_again(table: Table, state: LookupChangelog, current: int,
+                   hit: Mapping[_Where, np.ndarray] | None) -> None:
+    """The changes of the write's rows at the positions ``hit`` (every row when None)
+    computed again on snapshot ``current``, replacing theirs, and the changelog files of the
+    parts that changed written again."""
+    if hit is None:
+        runs = state.runs
+    else:
+        runs = {where: (state.runs[where][0], _taken(state.runs[where][1], at))
+                for where, at in hit.items()}
+    parts, tally = _look_up(table, current, runs)
+    got: dict[_Where, _Part] = {}
+    for found in parts:
+        where = (found[0], found[2])
+        held = got.get(where)
+        got[where] = found if held is None else (
+            *found[:3], pa.concat_tables([held[3], found[3].cast(held[3].schema)]))
+    if hit is not None and (tally is not None) != state.referencing:
+        # The other format (the committed runs changed how they can be searched): all again.
+        _look_up_again(table, state, current, None)
+        return
+    if hit is None:
+        changed = set(state.parts) | set(got)
+        state.parts = got
+        state.referencing = tally is not None
+        state.additions = tally.additions if tally is not None else 0
+    else:
+        first = table._record.primary_key[0]
+        for where, at in hit.items():
+            keys = runs[where][1].rows.column(first).combine_chunks()
+            part: _Part | None = got.get(where)
+            if part is not None and state.referencing:
+                # Positions among the looked-up rows, to positions among all the run's rows.
+                after = part[3].column(AFTER_COLUMN)
+                valid = after.is_valid().to_numpy(zero_copy_only=False)
+                moved = at[pc.fill_null(after, 0).to_numpy().astype(np.int64)]
+                part = (*part[:3], part[3].set_column(
+                    part[3].schema.get_field_index(AFTER_COLUMN), AFTER_COLUMN,
+                    pa.array(moved.astype(np.int32), mask=~valid)))
+            held = state.parts.get(where)
+            if held is not None:
+                kept = held[3].filter(pc.invert(pc.is_in(held[3].column(first), value_set=keys)))
+                part = (*held[:3], kept) if part is None else (
+                    *held[:3], pa.concat_tables([kept, part[3].cast(kept.schema)]))
+            if part is not None:
+                state.parts[where] = part
+        changed = set(hit)
+    state.looked_up_at = current
+    _settle(table, state, changed)
+
+
+def _taken(run: DecodedRun, at: np.ndarray) -> DecodedRun:
+    """The rows of ``run`` at positions ``at`` (increasing) as a run."""
+    return DecodedRun(run.rows.take(pa.array(at)),
+                      None if run.keys is None else run.keys[at], run.sorted_unique)
