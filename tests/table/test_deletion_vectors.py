@@ -39,6 +39,7 @@ op = st.one_of(
     st.tuples(st.just("changes"), st.lists(st.tuples(row, st.sampled_from(KINDS)),
                                            min_size=1, max_size=8)),
     st.tuples(st.just("delete"), st.integers(0, 12)),
+    st.tuples(st.just("compact"), st.booleans()),
 )
 
 
@@ -55,6 +56,8 @@ def _apply(table: al.Table, operation) -> None:
         data = _rows([r for r, _ in arg])
         data["op"] = [k for _, k in arg]
         table.write_changes(data, row_kind="op")
+    elif name == "compact":
+        table.compact(full=arg)
     else:
         table.delete(al.col("id") <= arg)
 
@@ -129,7 +132,13 @@ def test_an_upsert_marks_the_replaced_rows_and_reads_merge_nothing(tmp_path):
     assert (deleted.removed_rows, deleted.added_files) == (1, 0)
     assert [r["id"] for r in _state(t)] == [1, 2, 4]
     assert _state(t, snapshot=1) == [{"id": i, "p": "a", "v": i, "s": 0} for i in (1, 2, 3)]
-    assert t.snapshots().column("total_rows").to_pylist() == [3, 4, 3]
+    # Live rows per snapshot; the compactions the writes triggered (files with a third of
+    # their rows deleted) change no count.
+    history = t.snapshots().to_pydict()
+    assert [n for n, k in zip(history["total_rows"], history["kind"], strict=True)
+            if k != "compact"] == [3, 4, 3]
+    assert all(history["total_rows"][i] == history["total_rows"][i - 1]
+               for i, k in enumerate(history["kind"]) if k == "compact")
     lake.close()
 
 
@@ -207,4 +216,28 @@ def test_deletion_vectors_option_is_checked(tmp_path):
     with pytest.raises(ValidationError, match="True or False"):
         lake.create_table("s.x", SCHEMA, primary_key=["id"], deletion_vectors="on")
     assert not any(lake.table_exists(n) for n in ("s.plain", "s.bad", "s.lookup", "s.x"))
+    lake.close()
+
+
+def test_compaction_bounds_files_and_drops_deleted_rows(tmp_path):
+    lake = al.connect(tmp_path / "lake")
+    t = _dv_table(lake, properties={"compaction.max-runs": "3"})
+    n = 2_000
+    t.upsert({"id": list(range(n)), "p": ["a"] * n, "v": [0] * n, "s": [0] * n})
+    for round_ in range(1, 9):
+        keys = list(range(round_, n, 9))
+        result = t.upsert({"id": keys, "p": ["b"] * len(keys), "v": [round_] * len(keys),
+                           "s": [round_] * len(keys)})
+        files = t.files()
+        per_bucket = files.group_by("bucket").aggregate([([], "count_all")])
+        assert max(per_bucket.column("count_all").to_pylist()) <= 4, round_
+        assert t.count() == n
+    assert result.snapshot_id is not None
+    expected = _state(t)
+    done = t.compact(full=True)
+    assert done.snapshot_id is not None and done.removed_files > done.added_files
+    assert _state(t) == expected and t.count() == n
+    assert t.files().num_rows == 2  # one file per bucket
+    assert t._metastore.live_vectors(t._record.table_id, t.current_snapshot_id) == {}
+    assert t.compact(full=True).snapshot_id is None  # nothing left to do
     lake.close()

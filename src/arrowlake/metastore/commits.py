@@ -8,7 +8,7 @@ import json
 import random
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
 import sqlalchemy as sa
@@ -142,6 +142,8 @@ class Commits(Database):
         if current != base and change.on_rebase is not None and current is not None:
             change.on_rebase(self.files_added_between(conn, table_id, base, current))
         new_id = last + 1
+        if change.expect_vectors:
+            self._check_vectors(conn, table_id, change.expect_vectors)
         if change.remove:
             # Only files that were live in the base snapshot the change was planned on: a file
             # committed after it is never one the plan read, whatever its id.
@@ -227,6 +229,28 @@ class Commits(Database):
             raise _LostRace(f"another writer committed snapshot {new_id} first")
         return new_id, False
 
+    @staticmethod
+    def _current_vectors(conn: Connection, table_id: int, file_ids: Sequence[int]
+                         ) -> dict[int, int]:
+        """The snapshot that recorded each file's current vector (files without one absent)."""
+        v = t.vectors.c
+        current: dict[int, int] = {}
+        for start in range(0, len(file_ids), 500):
+            current.update((int(r[0]), int(r[1])) for r in conn.execute(
+                sa.select(v.file_id, v.added_snapshot).where(
+                    (v.table_id == table_id) & v.file_id.in_(list(file_ids[start:start + 500]))
+                    & v.removed_snapshot.is_(None))))
+        return current
+
+    def _check_vectors(self, conn: Connection, table_id: int,
+                       expected: Mapping[int, int | None]) -> None:
+        current = self._current_vectors(conn, table_id, list(expected))
+        stale = [fid for fid, since in expected.items() if current.get(fid) != since]
+        if stale:
+            raise StaleVectors(
+                f"Another commit marked rows of {len(stale)} of the files this rewrite read "
+                "deleted meanwhile", stale)
+
     def _record_vectors(self, conn: Connection, table_id: int, new_id: int,
                         vectors: Sequence[NewVector]) -> None:
         """Replace each file's current vector by its new one, if the file is still live and
@@ -235,15 +259,11 @@ class Commits(Database):
         f, v = t.files.c, t.vectors.c
         ids = [x.file_id for x in vectors]
         live: set[int] = set()
-        current: dict[int, int] = {}
         for start in range(0, len(ids), 500):
             chunk = ids[start:start + 500]
             live.update(int(r[0]) for r in conn.execute(sa.select(f.file_id).where(
                 (f.table_id == table_id) & f.file_id.in_(chunk) & f.removed_snapshot.is_(None))))
-            current.update((int(r[0]), int(r[1])) for r in conn.execute(
-                sa.select(v.file_id, v.added_snapshot).where(
-                    (v.table_id == table_id) & v.file_id.in_(chunk)
-                    & v.removed_snapshot.is_(None))))
+        current = self._current_vectors(conn, table_id, ids)
         stale = [x.file_id for x in vectors
                  if x.file_id not in live or current.get(x.file_id) != x.previous]
         if stale:

@@ -7,7 +7,7 @@ import hashlib
 import json
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -212,6 +212,10 @@ class SnapshotChange:
     # with their sequence values, so a version arriving later with an older sequence value
     # stays deleted. Recorded with content ``tombstone``: live like data files, never scanned.
     tombstones: Sequence[NewFile] = ()
+    # A rewrite of files of a merge-on-write table (compaction) read them with these vectors
+    # (file id -> the snapshot that recorded the vector, None: none): if another commit
+    # extended one meanwhile, the rewrite would bring rows back, so it is StaleVectors.
+    expect_vectors: Mapping[int, int | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

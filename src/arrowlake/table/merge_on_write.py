@@ -139,7 +139,9 @@ def commit_on_write(table: Table, rows: pa.Table, kind: str, *, commit_id: str |
                 _forget(table, puffin_path)
             return WriteResult(result.snapshot_id, kind, len(files), 0, plan.rows,
                                new_positions, result.attempts, result.duplicate,
-                               replaced=plan.replaced)
+                               replaced=plan.replaced,
+                               buckets=tuple(sorted({b for _, b, _ in incoming})),
+                               added_bytes=sum(f.file_size for f in files))
         raise CommitConflict(
             f"A {kind} of table '{table.name}' looked its keys up {ATTEMPTS} times and each "
             "time other commits changed the buckets it writes before it could commit; the "

@@ -173,6 +173,7 @@ def validate_properties(props: Mapping[str, str], primary_key: Sequence[str]) ->
     if engine not in ENGINES:
         raise ValidationError(
             f"Property 'merge-engine' must be one of {', '.join(ENGINES)}, not {engine!r}")
+    rewrite_threshold(props)
     if DELETION_VECTORS_PROPERTY in props:
         value = str(props[DELETION_VECTORS_PROPERTY]).strip().lower()
         if value not in ("true", "false"):
@@ -276,3 +277,21 @@ def require_primary_key(table: Table, what: str) -> None:
             "overwrite() or delete(), or create the table with primary_key=[...]")
 
 
+REWRITE_THRESHOLD = "deletion-vectors.rewrite-threshold"
+DEFAULT_REWRITE_THRESHOLD = 0.3
+
+
+def rewrite_threshold(props: Mapping[str, str]) -> float:
+    """The deleted fraction at which a file is rewritten (checked when the property is set)."""
+    text = props.get(REWRITE_THRESHOLD)
+    if text is None:
+        return DEFAULT_REWRITE_THRESHOLD
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value <= 1:
+        raise ValidationError(
+            f"Property '{REWRITE_THRESHOLD}' must be a fraction above 0 and at most 1 (the "
+            f"share of a file's rows deleted before it is rewritten), not {text!r}")
+    return value

@@ -38,9 +38,7 @@ from arrowlake.metastore.store import NewFile, SnapshotChange
 from arrowlake.scan.planning import fully_matching, plan_files
 from arrowlake.scan.scan import Scan
 from arrowlake.table import changelog
-from arrowlake.table.compaction import (
-    compact_if_needed,
-)
+from arrowlake.table.compaction import compact_if_needed, compaction_options
 from arrowlake.table.inputs import batch_stream
 from arrowlake.table.merge_on_write import commit_on_write
 from arrowlake.table.pk_options import (
@@ -53,6 +51,7 @@ from arrowlake.table.sorted_runs import (
     start_runs,
     write_runs,
 )
+from arrowlake.table.vector_compaction import compact_vectors
 from arrowlake.table.writes import (
     WriteResult,
     _conflict_on_new_matches,
@@ -91,8 +90,9 @@ def commit_rows(table: Table, rows: pa.Table, kind: str, *, commit_id: str | Non
     """
     if table._record.deletion_vectors:
         check_sequence_values(table, rows)
-        return commit_on_write(table, rows, kind, commit_id=commit_id, summary=summary,
-                               base=base, on_rebase=on_rebase)
+        landed = commit_on_write(table, rows, kind, commit_id=commit_id, summary=summary,
+                                 base=base, on_rebase=on_rebase)
+        return compact_vectors_after(table, landed)
     if base is None:
         table.refresh()
         base = table.current_snapshot_id
@@ -116,6 +116,24 @@ def commit_rows(table: Table, rows: pa.Table, kind: str, *, commit_id: str | Non
                                    summary=summary, on_rebase=on_rebase,
                                    lookup_changelog=logged)
     return compact_after_commit(table, result, files)
+
+
+def compact_vectors_after(table: Table, result: WriteResult) -> WriteResult:
+    """``result`` of a merge-on-write commit, with the compaction of the buckets it touched
+    that it triggered (within its budget); like :func:`compact_after_commit`, never raises."""
+    if result.snapshot_id is None or result.duplicate or not result.buckets:
+        return result
+    options = compaction_options(table._record.properties)
+    try:
+        compacted = compact_vectors(table, touched=result.buckets,
+                                    budget=int(options.write_budget * result.added_bytes))
+    except Exception as exc:  # the write landed: it must not look failed to the caller
+        _log.warning("Snapshot %s of %s committed, but compacting after it failed (the "
+                     "next write or compact() retries): %s", result.snapshot_id,
+                     table.name, exc)
+        return result
+    return replace(result, compaction=compacted if compacted.snapshot_id or compacted.dropped
+                   else None)
 
 
 def compact_after_commit(table: Table, result: WriteResult, files: Sequence[NewFile]

@@ -17,7 +17,15 @@ from arrowlake.metastore.store import check_commit_id
 from arrowlake.scan.planning import TableView
 from arrowlake.scan.scan import Scan
 from arrowlake.scan.split import MergeSpec
-from arrowlake.table import compaction, evolution, maintenance, pk_options, primary_key, writes
+from arrowlake.table import (
+    compaction,
+    evolution,
+    maintenance,
+    pk_options,
+    primary_key,
+    vector_compaction,
+    writes,
+)
 from arrowlake.table.compaction import CompactionResult
 from arrowlake.table.maintenance import ExpireResult, OrphanResult
 from arrowlake.table.merge_into import MergeBuilder
@@ -355,6 +363,8 @@ class Table:
         """Merge the runs of each bucket of a primary-key table (see compaction)."""
         self._check_write()
         pk_options.require_primary_key(self, "compact()")
+        if self._record.deletion_vectors:
+            return vector_compaction.compact_vectors(self, full=full)
         return compaction.compact(self, full=full)
 
     def overwrite(self, data: Any, filter: Expr | str | None = None, *,

@@ -49,6 +49,10 @@ class WriteResult:
     # positions marked deleted, the new version written); ``removed_rows`` counts every
     # position it marked, deleted keys included.
     replaced: int = 0
+    # Merge-on-write writes: the buckets they wrote to and the bytes of the files they added
+    # (what their compaction budget is measured against).
+    buckets: tuple[int, ...] = ()
+    added_bytes: int = 0
 
 
 def conformed(table: Table, data: Any, schema: pa.Schema, *, check: Expr | None = None,
