@@ -437,6 +437,13 @@ class Metastore(Commits, Streams):
                 (t.vectors.c.table_id == table_id) & t.vectors.c.puffin_path.is_not(None)))
             return paths + [r[0] for r in puffins]
 
+    def vectors_changed(self, table_id: int, snapshot_id: int) -> list[int]:
+        """Ids of the data files whose deletion vector ``snapshot_id`` recorded (grew)."""
+        v = t.vectors.c
+        with self._read() as conn:
+            return [int(r[0]) for r in conn.execute(sa.select(v.file_id).where(
+                (v.table_id == table_id) & (v.added_snapshot == snapshot_id)))]
+
     def live_vectors(self, table_id: int, snapshot_id: int | None,
                      file_ids: Sequence[int] | None = None) -> dict[int, VectorRecord]:
         """The deletion vectors of ``snapshot_id`` by data file id (of ``file_ids`` only, when

@@ -69,7 +69,7 @@ def locate(storage: Storage, files: Sequence[FileTask], file_schemas: dict[int, 
     rows = None
     if columns is not None:
         rows = pa.concat_tables([
-            _rows_at(storage, task, file_schemas[task.schema_id], schema, list(columns), pos)
+            rows_at(storage, task, file_schemas[task.schema_id], schema, list(columns), pos)
             for task, pos, _ in parts])
     return Matches(file_ids, positions, incoming, rows)
 
@@ -151,7 +151,7 @@ def _match_file(storage: Storage, task: FileTask, file_schema: pa.Schema, schema
     return positions, incoming
 
 
-def _rows_at(storage: Storage, task: FileTask, file_schema: pa.Schema, schema: pa.Schema,
+def rows_at(storage: Storage, task: FileTask, file_schema: pa.Schema, schema: pa.Schema,
              names: list[str], positions: np.ndarray) -> pa.Table:
     """The rows at ``positions`` of one file, reading only the row groups that hold them."""
     metadata = file_fragment(storage, task).metadata
@@ -167,4 +167,4 @@ def _rows_at(storage: Storage, task: FileTask, file_schema: pa.Schema, schema: p
     return read.take(pa.array(index))
 
 
-__all__ = ["Matches", "locate", "match_keys"]
+__all__ = ["Matches", "locate", "match_keys", "rows_at"]
