@@ -437,6 +437,18 @@ class Metastore(Commits, Streams):
                 (t.vectors.c.table_id == table_id) & t.vectors.c.puffin_path.is_not(None)))
             return paths + [r[0] for r in puffins]
 
+    def files_with_vectors_after(self, table_id: int, after: int | None) -> pa.Table:
+        """The data files (:data:`FILE_SCHEMA`) whose deletion vector a snapshot after
+        ``after`` extended: rows of theirs were replaced or deleted since."""
+        c, v = t.files.c, t.vectors.c
+        query = sa.select(*[c[n] for n in FILE_COLUMNS]).where(
+            (c.table_id == table_id) & sa.exists().where(
+                (v.table_id == table_id) & (v.file_id == c.file_id)
+                & (v.added_snapshot > (-1 if after is None else after))))
+        with self._read() as conn:
+            rows = conn.execute(query.order_by(c.file_id)).all()
+        return rows_to_table(rows, FILE_SCHEMA)
+
     def vectors_changed(self, table_id: int, snapshot_id: int) -> list[int]:
         """Ids of the data files whose deletion vector ``snapshot_id`` recorded (grew)."""
         v = t.vectors.c

@@ -123,7 +123,7 @@ def commit_on_write(table: Table, rows: pa.Table, kind: str, *, commit_id: str |
                 vectors=vectors, tombstones=graves, removed_rows=new_positions,
                 commit_id=commit_id,
                 summary={**(summary or {}), "replaced_rows": plan.replaced},
-                on_rebase=_rebase_check(table, incoming, on_rebase))
+                on_rebase=_rebase_check(table, base, incoming, on_rebase))
             try:
                 result = table._metastore.commit(table._record.table_id, base, change)
             except StaleVectors:
@@ -151,12 +151,22 @@ def commit_on_write(table: Table, rows: pa.Table, kind: str, *, commit_id: str |
         raise
 
 
-def _rebase_check(table: Table, incoming: Sequence[_Group],
+def _rebase_check(table: Table, base: int | None, incoming: Sequence[_Group],
                   own: Callable[[pa.Table], None] | None) -> Callable[[pa.Table], None]:
+    """The commit's check when others landed since ``base``: the write's own (a delete's or
+    merge's: did the rows it decided on change?), then whether its lookups are stale."""
     buckets = {bucket for _, bucket, _ in incoming}
 
     def check(added: pa.Table) -> None:
         if own is not None:
+            # In this mode a replaced or deleted row changes its file's vector, not only the
+            # files added: such files count as new versions of the keys they hold.
+            marked = table._metastore.files_with_vectors_after(table._record.table_id, base)
+            if marked.num_rows:
+                newest = pa.array(np.full(marked.num_rows, np.iinfo(np.int64).max, np.int64))
+                marked = marked.set_column(marked.schema.get_field_index("seq_max"),
+                                           "seq_max", newest)
+                added = pa.concat_tables([added, marked.cast(added.schema)])
             own(added)
         hit = [b for b in added.column("bucket").to_pylist() if b in buckets]
         if hit:
