@@ -12,6 +12,9 @@ key, a hash join for composite keys; deleted positions are dropped with a sorted
 
 from __future__ import annotations
 
+import os
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -138,10 +141,60 @@ def match_keys(left: pa.Table, right: pa.Table, key: Sequence[str]
             joined.column(_INCOMING).to_numpy().astype(np.int64))
 
 
+class _KeyCache:
+    """Key columns of data files this process read for lookups, by file, least recently used
+    dropped past :data:`KEY_CACHE_BYTES`. Data files never change (unique names), so a cached
+    column stays right; a writer then reads only the files added since its last lookup."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._tables: OrderedDict[tuple[str, int, tuple[str, ...], str], pa.Table] = \
+            OrderedDict()
+        self._bytes = 0
+
+    def get(self, key: tuple[str, int, tuple[str, ...], str]) -> pa.Table | None:
+        with self._lock:
+            table = self._tables.get(key)
+            if table is not None:
+                self._tables.move_to_end(key)
+            return table
+
+    def put(self, key: tuple[str, int, tuple[str, ...], str], table: pa.Table) -> None:
+        size = table.nbytes
+        if size > self.limit:
+            return
+        with self._lock:
+            if key in self._tables:
+                return
+            self._tables[key] = table
+            self._bytes += size
+            while self._bytes > self.limit:
+                _, dropped = self._tables.popitem(last=False)
+                self._bytes -= dropped.nbytes
+
+
+#: Bytes of key columns a process keeps for lookups (see :class:`_KeyCache`).
+KEY_CACHE_BYTES = 256 * 1024 * 1024
+_KEYS = _KeyCache(KEY_CACHE_BYTES)
+
+
+def _stored_keys(storage: Storage, task: FileTask, file_schema: pa.Schema, schema: pa.Schema,
+                 key: Sequence[str]) -> pa.Table:
+    # Keyed by the types too: a widened key column is read again in its new type.
+    types = ",".join(str(schema.field(k).type) for k in key)
+    cache_key = (task.path, task.file_size, tuple(key), types)
+    stored = _KEYS.get(cache_key)
+    if stored is None:
+        stored = _read_columns(storage, task, file_schema, schema, key)
+        _KEYS.put(cache_key, stored)
+    return stored
+
+
 def _match_file(storage: Storage, task: FileTask, file_schema: pa.Schema, schema: pa.Schema,
                 key: Sequence[str], keys: pa.Table) -> tuple[np.ndarray, np.ndarray]:
     """``(positions in the file, indices into keys)`` of the file's live rows of ``keys``."""
-    stored = _read_columns(storage, task, file_schema, schema, key)
+    stored = _stored_keys(storage, task, file_schema, schema, key)
     positions, incoming = match_keys(stored, keys, key)
     if task.deletes is not None and task.deletes.cardinality and len(positions):
         deleted = task.deletes.positions(storage, task.path).astype(np.int64)
@@ -168,3 +221,12 @@ def rows_at(storage: Storage, task: FileTask, file_schema: pa.Schema, schema: pa
 
 
 __all__ = ["Matches", "locate", "match_keys", "rows_at"]
+
+
+def _forget_keys() -> None:
+    """In a forked child: start with an empty cache and a fresh lock."""
+    global _KEYS
+    _KEYS = _KeyCache(KEY_CACHE_BYTES)
+
+
+os.register_at_fork(after_in_child=_forget_keys)

@@ -203,24 +203,26 @@ def _plan(table: Table, view: TableView, incoming: Sequence[_Group], engine: Mer
                for sid in {t.schema_id for t in tasks}}
     schema = table.schema
     plan = _Plan()
+    # Partition columns are constant within a group: keys are matched without them.
+    lookup_key = [k for k in key if k not in rec.partition_by] or key
     for values, bucket, run in incoming:
         part = _partition_json(values) if rec.partition_by else None
         candidates = by_group.get((part, bucket), [])
-        keys = run.select(key)
+        keys = run.select(lookup_key)
         if isinstance(engine, Deduplicate) and seq_field is None:
-            found = locate(view.storage, candidates, schemas, schema, key, keys)
+            found = locate(view.storage, candidates, schemas, schema, lookup_key, keys)
             _replace_blindly(plan, values, bucket, run, found, candidates)
         elif isinstance(engine, FirstRow) and seq_field is None:
-            found = locate(view.storage, candidates, schemas, schema, key, keys)
+            found = locate(view.storage, candidates, schemas, schema, lookup_key, keys)
             _keep_first(plan, values, bucket, run, found)
         else:
-            found = locate(view.storage, candidates, schemas, schema, key, keys,
+            found = locate(view.storage, candidates, schemas, schema, lookup_key, keys,
                            columns=schema.names)
-            buried = locate(view.storage, graves.get((part, bucket), []), schemas, schema, key,
-                            keys, columns=schema.names)
+            buried = locate(view.storage, graves.get((part, bucket), []), schemas, schema,
+                            lookup_key, keys, columns=schema.names)
             _merge_with_live(plan, values, bucket, run, found, buried,
                              [*candidates, *graves.get((part, bucket), [])], engine, key,
-                             seq_field, list(rec.partition_by))
+                             lookup_key, seq_field, list(rec.partition_by))
     return plan
 
 
@@ -277,8 +279,8 @@ def _versions(rows: pa.Table, kind: int, seqs: np.ndarray) -> pa.Table:
 
 def _merge_with_live(plan: _Plan, values: tuple[pa.Scalar, ...], bucket: int, run: pa.Table,
                      found: Matches, buried: Matches, candidates: Sequence[FileTask],
-                     engine: MergeEngine, key: list[str], seq_field: str | None,
-                     partition_by: list[str]) -> None:
+                     engine: MergeEngine, key: list[str], lookup_key: list[str],
+                     seq_field: str | None, partition_by: list[str]) -> None:
     """The live rows, the tombstones and the write's versions of each key merged by the
     engine, in commit order (each committed row with the snapshot of its file) as a read of
     merge-on-read runs would merge them. Keys whose result differs from their live row get
@@ -303,7 +305,7 @@ def _merge_with_live(plan: _Plan, values: tuple[pa.Scalar, ...], bucket: int, ru
             plan.tombstones.append((values, bucket, merged.filter(pa.array(fresh)).select(names)))
     merged = merged.filter(pa.array(~gone_now)).select(names)
     # Which merged rows replace a live row, and whether they change it.
-    at_merged, at_live = match_keys(merged, live, key)
+    at_merged, at_live = match_keys(merged, live, lookup_key)
     changed = np.ones(merged.num_rows, dtype=bool)
     if len(at_merged):
         same = _unchanged(live.take(pa.array(at_live)), merged.take(pa.array(at_merged)))
