@@ -224,16 +224,16 @@ def test_a_damaged_vector_is_a_data_file_error(tmp_path):
 
 def test_deletion_vectors_option_is_checked(tmp_path):
     lake = al.connect(tmp_path / "lake")
-    with pytest.raises(ValidationError, match="needs a table with a primary key"):
+    with pytest.raises(ValidationError, match="with a primary key"):
         lake.create_table("s.plain", SCHEMA, properties={"deletion-vectors.enabled": "true"})
     with pytest.raises(ValidationError, match="must be 'true' or 'false'"):
         lake.create_table("s.bad", SCHEMA, primary_key=["id"],
                           properties={"deletion-vectors.enabled": "yes"})
     with pytest.raises(ValidationError, match="not supported with deletion vectors yet"):
-        _dv_table(lake, "s.lookup", changelog_producer="lookup")
+        _dv_table(lake, "s.input", changelog_producer="input")
     with pytest.raises(ValidationError, match="True or False"):
         lake.create_table("s.x", SCHEMA, primary_key=["id"], deletion_vectors="on")
-    assert not any(lake.table_exists(n) for n in ("s.plain", "s.bad", "s.lookup", "s.x"))
+    assert not any(lake.table_exists(n) for n in ("s.plain", "s.bad", "s.input", "s.x"))
     lake.close()
 
 
@@ -258,4 +258,36 @@ def test_compaction_bounds_files_and_drops_deleted_rows(tmp_path):
     assert t.files().num_rows == 2  # one file per bucket
     assert t._metastore.live_vectors(t._record.table_id, t.current_snapshot_id) == {}
     assert t.compact(full=True).snapshot_id is None  # nothing left to do
+    lake.close()
+
+
+def test_the_mode_is_fixed_at_creation(tmp_path):
+    lake = al.connect(tmp_path / "lake")
+    dv = _dv_table(lake)
+    mor = lake.create_table("s.mor", SCHEMA, primary_key=["id"])
+    for table, value in ((dv, "false"), (mor, "true")):
+        with pytest.raises(ValidationError, match="cannot be changed after creation"):
+            table.set_properties(**{"deletion-vectors.enabled": value})
+    assert dv.properties["deletion-vectors.enabled"] == "true"
+    assert "deletion-vectors.enabled" not in mor.properties
+    lake.close()
+
+
+def test_a_lookup_changelog_table_streams_before_images(tmp_path):
+    lake = al.connect(tmp_path / "lake")
+    t = _dv_table(lake, changelog_producer="lookup")
+    t.upsert({"id": [1, 2], "p": ["a", "a"], "v": [1, 2], "s": [0, 0]})
+    t.upsert({"id": [2, 3], "p": ["b", "b"], "v": [20, 3], "s": [1, 1]})
+    t.delete("id = 1")
+    with t.stream(start="earliest", stop_at_latest=True, include_row_kind=True,
+                  columns=["id", "v"]) as changes:
+        order = ["-D", "-U", "+U", "+I"]
+        seen = [sorted(c.to_arrow().to_pylist(),
+                       key=lambda r: (r["id"], order.index(r["_row_kind"])))
+                for c in changes]
+    assert seen == [
+        [{"id": 1, "v": 1, "_row_kind": "+I"}, {"id": 2, "v": 2, "_row_kind": "+I"}],
+        [{"id": 2, "v": 2, "_row_kind": "-U"}, {"id": 2, "v": 20, "_row_kind": "+U"},
+         {"id": 3, "v": 3, "_row_kind": "+I"}],
+        [{"id": 1, "v": 1, "_row_kind": "-D"}]]
     lake.close()

@@ -145,7 +145,7 @@ def validate_pk_options(schema: pa.Schema, primary_key: Sequence[str],
 #: Properties that say how the runs already written merge: fixed once the table exists.
 FIXED_PROPERTIES = ("merge-engine", "sequence-field", "ignore-delete",
                     "partial-update.ignore-delete", "aggregation.remove-record-on-delete",
-                    "fields.default-aggregate-function")
+                    "fields.default-aggregate-function", DELETION_VECTORS_PROPERTY)
 _FLAG_PROPERTIES = ("ignore-delete", "partial-update.ignore-delete",
                     "aggregation.remove-record-on-delete")
 
@@ -183,11 +183,12 @@ def validate_properties(props: Mapping[str, str], primary_key: Sequence[str]) ->
             raise ValidationError(f"Property '{DELETION_VECTORS_PROPERTY}' needs a table with "
                                   "a primary key (other tables have one row per write anyway)")
         producer = props.get("changelog-producer", "none")
-        if value == "true" and producer != "none":
+        if value == "true" and producer not in ("none", "lookup"):
             raise ValidationError(
                 f"changelog-producer '{producer}' is not supported with deletion vectors yet; "
-                "use changelog_producer='none' (streams of such tables show each write's "
-                "replaced rows and new rows), or deletion_vectors=False")
+                "use 'none' or 'lookup' (both give exact changes with before-images on such "
+                "tables: each write's replaced rows are read back from its vectors), or "
+                "deletion_vectors=False")
     flags = [k for k in props if k in _FLAG_PROPERTIES or
              (k.startswith("fields.") and k.endswith(".ignore-retract"))]
     for name in flags:
