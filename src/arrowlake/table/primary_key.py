@@ -387,9 +387,14 @@ def commit_overwrite(table: Table, files: list[NewFile], expr: Any, *, added_row
             remove = old.column("file_id").to_pylist()
             if not files and not remove:
                 return WriteResult(None, "overwrite")
+            removed_rows = int(pa.compute.sum(old.column("row_count")).as_py() or 0)
+            if rec.deletion_vectors and remove:
+                # Rows the removed files' vectors had deleted were no longer counted as live.
+                removed_rows -= sum(v.cardinality for v in table._metastore.live_vectors(
+                    rec.table_id, base, remove).values())
             change = SnapshotChange(
                 kind="overwrite", schema_id=rec.current_schema_id, add=files, remove=remove,
-                removed_rows=int(pa.compute.sum(old.column("row_count")).as_py() or 0),
+                removed_rows=removed_rows,
                 commit_id=commit_id, on_rebase=_conflict_on_new_matches(table, expr))
             try:
                 result = table._metastore.commit(rec.table_id, base, change)
