@@ -34,7 +34,7 @@ from arrowlake.schema import (
     validate_schema,
 )
 from arrowlake.table.maintenance import metastore_files, own_files
-from arrowlake.table.primary_key import validate_pk_options, validate_properties
+from arrowlake.table.pk_options import validate_pk_options, validate_properties
 from arrowlake.table.table import Table
 
 if TYPE_CHECKING:

@@ -137,8 +137,9 @@ def test_postgres_v1_database_is_upgraded(pg_server, tmp_path):
 
 @pytest.mark.parametrize("kind", METASTORES)
 @pytest.mark.parametrize(("version", "added"), [
-    (2, ["al_consumer_leases", "al_consumers"]),
-    (3, ["al_consumer_leases"]),
+    (2, ["al_vectors", "al_consumer_leases", "al_consumers"]),
+    (3, ["al_vectors", "al_consumer_leases"]),
+    (4, ["al_vectors"]),
 ])
 def test_version_2_database_gets_the_consumers_table(kind, version, added, tmp_path, request):
     lake = make_lake(kind, tmp_path, request)
@@ -161,6 +162,13 @@ def test_version_2_database_gets_the_consumers_table(kind, version, added, tmp_p
         [change] = list(stream)
         stream.commit(change.snapshot_id)
     assert table.consumers().column("next_snapshot").to_pylist() == [2]
+    keyed = lake.create_table("s.dv", pa.schema([pa.field("k", pa.int64(), nullable=False),
+                                                 ("v", pa.int64())]),
+                              primary_key=["k"], deletion_vectors=True)
+    keyed.upsert({"k": [1, 2], "v": [1, 2]})
+    keyed.upsert({"k": [2], "v": [20]})
+    assert sorted(keyed.to_arrow().to_pylist(), key=lambda r: r["k"]) == [
+        {"k": 1, "v": 1}, {"k": 2, "v": 20}]
     lake.close()
 
 

@@ -439,7 +439,7 @@ def test_lookup_changelogs_of_format_1_still_read(sqlite_lake):
     entry) read as they did, next to format-2 snapshots of the same table."""
     from arrowlake.merge import RowKind
     from arrowlake.metastore.store import SnapshotChange
-    from arrowlake.table import changelog, primary_key
+    from arrowlake.table import changelog, primary_key, sorted_runs
 
     t = sqlite_lake.create_table("s.old", SCHEMA, primary_key=["k"], buckets=2,
                                  changelog_producer="lookup")
@@ -449,7 +449,7 @@ def test_lookup_changelogs_of_format_1_still_read(sqlite_lake):
     new = pa.table({"k": pa.array([2, 3, 4], pa.int64()), "v": ["B", "c", "d"]},
                    schema=before.schema)
     rows = primary_key.with_kinds(new, RowKind.INSERT)
-    runs = primary_key.write_runs(t, rows)
+    runs = sorted_runs.write_runs(t, rows)
     after = pa.concat_tables([before.filter(pa.compute.equal(before.column("k"), 1)), new])
     log = changelog._write(t, changelog.diff(before, after, ["k"]))
     t._metastore.commit(t._record.table_id, t.current_snapshot_id, SnapshotChange(

@@ -21,12 +21,14 @@ import array
 import struct
 import zlib
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 from pyroaring import BitMap64
 
 from arrowlake.errors import DataFileError
+from arrowlake.io.storage import Storage
 
 #: Iceberg's magic for a ``deletion-vector-v1`` blob.
 MAGIC = b"\xd1\xd3\x39\x64"
@@ -97,3 +99,42 @@ def keep_mask(deleted: np.ndarray, start: int, length: int) -> np.ndarray | None
     mask = np.ones(length, dtype=bool)
     mask[(deleted[lo:hi] - np.uint64(start)).astype(np.intp)] = False
     return mask
+
+
+#: Vectors up to this many serialized bytes are kept in the metastore, larger ones in Puffin
+#: files (one range read each).
+INLINE_LIMIT = 4096
+
+
+@dataclass(frozen=True)
+class VectorRef:
+    """Where a data file's deletion vector is, as a split carries it to any reader: its
+    bytes (small vectors) or a range of a Puffin file."""
+
+    cardinality: int
+    blob: bytes | None = None
+    path: str | None = None  # absolute location of the Puffin file
+    offset: int = 0
+    length: int = 0
+    since: int = 0  # the snapshot that recorded this vector (a writer extending it names it)
+
+    def positions(self, storage: Storage, data_file: str) -> np.ndarray:
+        """The deleted positions, ascending (uint64)."""
+        if self.blob is not None:
+            blob = self.blob
+            where = f"{data_file} (kept in the metastore)"
+        else:
+            if self.path is None:
+                raise DataFileError(f"Deletion vector of {data_file} has neither bytes nor a "
+                                    "Puffin file")
+            blob = storage.read_range(self.path, self.offset, self.offset + self.length)
+            where = f"{data_file} (in {self.path} at {self.offset})"
+            if len(blob) != self.length:
+                raise DataFileError(f"Deletion vector of {where} is damaged: {len(blob)} of "
+                                    f"{self.length} bytes could be read")
+        positions = positions_of(decode(blob, where))
+        if positions.size != self.cardinality:
+            raise DataFileError(f"Deletion vector of {where} is damaged: it holds "
+                                f"{positions.size} positions, the metastore says "
+                                f"{self.cardinality}")
+        return positions

@@ -8,7 +8,7 @@ import json
 import random
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
 import sqlalchemy as sa
@@ -24,8 +24,10 @@ from arrowlake.metastore.records import (
     FILE_SCHEMA,
     CommitResult,
     NewFile,
+    NewVector,
     PartitionIds,
     SnapshotChange,
+    StaleVectors,
     check_commit_id,
     now_ms,
     partition_alias,
@@ -39,10 +41,12 @@ class Commits(Database):
 
     def files_added_between(self, conn: Connection | None, table_id: int, after: int | None,
                             upto: int) -> pa.Table:
-        """Files added by snapshots in ``(after, upto]``, removed since or not."""
+        """Data and tombstone files added by snapshots in ``(after, upto]``, removed since or
+        not."""
         c = t.files.c
         query = sa.select(*[c[n] for n in FILE_COLUMNS]).where(
-            (c.table_id == table_id) & (c.added_snapshot <= upto) & (c.content == "data"))
+            (c.table_id == table_id) & (c.added_snapshot <= upto)
+            & c.content.in_(("data", "tombstone")))
         if after is not None:
             query = query.where(c.added_snapshot > after)
         if conn is None:
@@ -138,6 +142,8 @@ class Commits(Database):
         if current != base and change.on_rebase is not None and current is not None:
             change.on_rebase(self.files_added_between(conn, table_id, base, current))
         new_id = last + 1
+        if change.expect_vectors:
+            self._check_vectors(conn, table_id, change.expect_vectors)
         if change.remove:
             # Only files that were live in the base snapshot the change was planned on: a file
             # committed after it is never one the plan read, whatever its id.
@@ -153,7 +159,16 @@ class Commits(Database):
                     f"Another commit removed {len(change.remove) - res.rowcount} of the files "
                     f"this {change.kind} read; the table is unchanged. Retry the {change.kind} "
                     "on the current snapshot.")
-        partition_ids = self._partition_ids(conn, table_id, [*change.add, *change.changelog])
+        if change.remove:
+            # A removed file's vector ends with it (its rows are gone, or live on elsewhere).
+            conn.execute(t.vectors.update().where(
+                (t.vectors.c.table_id == table_id)
+                & t.vectors.c.file_id.in_(list(change.remove))
+                & t.vectors.c.removed_snapshot.is_(None)).values(removed_snapshot=new_id))
+        if change.vectors:
+            self._record_vectors(conn, table_id, new_id, change.vectors)
+        partition_ids = self._partition_ids(conn, table_id, [*change.add, *change.changelog,
+                                                             *change.tombstones])
         if change.add:
             conn.execute(t.files.insert(), [
                 dict(table_id=table_id, path=f.path, partition_id=partition_ids.get(
@@ -166,6 +181,14 @@ class Commits(Database):
                     seq_min=new_id if f.seq_min is None else f.seq_min,
                     seq_max=new_id if f.seq_max is None else f.seq_max)
                 for f in change.add])
+        if change.tombstones:
+            conn.execute(t.files.insert(), [
+                dict(table_id=table_id, path=f.path, partition_id=partition_ids.get(
+                    f.partition_path), bucket=f.bucket, added_snapshot=new_id,
+                    removed_snapshot=None, schema_id=f.schema_id, row_count=f.row_count,
+                    file_size=f.file_size, content="tombstone", stats=f.stats,
+                    key_min=f.key_min, key_max=f.key_max, seq_min=new_id, seq_max=new_id)
+                for f in change.tombstones])
         if change.changelog:
             conn.execute(t.files.insert(), [
                 dict(table_id=table_id, path=f.path, partition_id=partition_ids.get(
@@ -205,6 +228,59 @@ class Commits(Database):
         if res.rowcount != 1:
             raise _LostRace(f"another writer committed snapshot {new_id} first")
         return new_id, False
+
+    @staticmethod
+    def _current_vectors(conn: Connection, table_id: int, file_ids: Sequence[int]
+                         ) -> dict[int, int]:
+        """The snapshot that recorded each file's current vector (files without one absent)."""
+        v = t.vectors.c
+        current: dict[int, int] = {}
+        for start in range(0, len(file_ids), 500):
+            current.update((int(r[0]), int(r[1])) for r in conn.execute(
+                sa.select(v.file_id, v.added_snapshot).where(
+                    (v.table_id == table_id) & v.file_id.in_(list(file_ids[start:start + 500]))
+                    & v.removed_snapshot.is_(None))))
+        return current
+
+    def _check_vectors(self, conn: Connection, table_id: int,
+                       expected: Mapping[int, int | None]) -> None:
+        current = self._current_vectors(conn, table_id, list(expected))
+        stale = [fid for fid, since in expected.items() if current.get(fid) != since]
+        if stale:
+            raise StaleVectors(
+                f"Another commit marked rows of {len(stale)} of the files this rewrite read "
+                "deleted meanwhile", stale)
+
+    def _record_vectors(self, conn: Connection, table_id: int, new_id: int,
+                        vectors: Sequence[NewVector]) -> None:
+        """Replace each file's current vector by its new one, if the file is still live and
+        its current vector is still the one the new one extends; else :class:`StaleVectors`
+        (nothing of this commit is kept: the transaction rolls back)."""
+        f, v = t.files.c, t.vectors.c
+        ids = [x.file_id for x in vectors]
+        live: set[int] = set()
+        for start in range(0, len(ids), 500):
+            chunk = ids[start:start + 500]
+            live.update(int(r[0]) for r in conn.execute(sa.select(f.file_id).where(
+                (f.table_id == table_id) & f.file_id.in_(chunk) & f.removed_snapshot.is_(None))))
+        current = self._current_vectors(conn, table_id, ids)
+        stale = [x.file_id for x in vectors
+                 if x.file_id not in live or current.get(x.file_id) != x.previous]
+        if stale:
+            raise StaleVectors(
+                f"{len(stale)} data files whose rows this commit marks deleted were removed or "
+                "had rows marked deleted by another commit meanwhile", stale)
+        replaced = [x.file_id for x in vectors if x.previous is not None]
+        for start in range(0, len(replaced), 500):
+            conn.execute(t.vectors.update().where(
+                (v.table_id == table_id) & v.file_id.in_(replaced[start:start + 500])
+                & v.removed_snapshot.is_(None)).values(removed_snapshot=new_id))
+        conn.execute(t.vectors.insert(), [
+            dict(table_id=table_id, file_id=x.file_id, added_snapshot=new_id,
+                 removed_snapshot=None, cardinality=x.cardinality, blob=x.blob,
+                 puffin_path=x.puffin_path, blob_offset=x.blob_offset,
+                 blob_length=x.blob_length)
+            for x in vectors])
 
     def _partition_ids(self, conn: Connection, table_id: int,
                        add: Sequence[NewFile]) -> dict[str | None, int | None]:

@@ -293,6 +293,9 @@ class Database:
             if version <= 3:
                 # Version 4 only adds the consumers' leases.
                 t.consumer_leases.create(conn, checkfirst=True)
+            if version <= 4:
+                # Version 5 only adds the deletion vectors' table.
+                t.vectors.create(conn, checkfirst=True)
             conn.execute(t.meta_info.update().where(t.meta_info.c.key == "version")
                          .values(value=str(t.SCHEMA_VERSION)))
 

@@ -7,7 +7,7 @@ import hashlib
 import json
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow as pa
 
 from arrowlake.errors import (
+    CommitConflict,
     InvalidName,
     SnapshotNotFound,
     ValidationError,
@@ -58,6 +59,9 @@ def check_snapshot_id(snapshot_id: object) -> int:
             f"Snapshot {snapshot_id} does not exist: snapshot ids are 64-bit integers")
     return int(snapshot_id)
 
+
+#: The table property that turns merge-on-write with deletion vectors on.
+DELETION_VECTORS_PROPERTY = "deletion-vectors.enabled"
 
 #: Longest namespace, table or tag name and commit id the metastore columns hold.
 MAX_NAME_LENGTH = 255
@@ -107,6 +111,13 @@ class TableRecord:
     def full_name(self) -> str:
         return f"{self.namespace}.{self.name}"
 
+    @property
+    def deletion_vectors(self) -> bool:
+        """Whether this primary-key table settles versions on write: each key lives in one
+        row of one file, older versions marked deleted in deletion vectors (no merge on read)."""
+        return bool(self.primary_key) and \
+            self.properties.get(DELETION_VECTORS_PROPERTY, "false") == "true"
+
 
 @dataclass(frozen=True)
 class NewFile:
@@ -125,6 +136,48 @@ class NewFile:
     key_max: str | None = None
     seq_min: int | None = None
     seq_max: int | None = None
+
+
+@dataclass(frozen=True)
+class NewVector:
+    """A data file's new cumulative deletion vector, to be recorded by a commit.
+
+    ``previous`` is the ``added_snapshot`` of the vector it extends (None when the file had
+    none): the commit records it only while that one is still the file's current vector, so
+    two writers extending the same vector never lose each other's positions
+    (:class:`StaleVectors` sends the later one back to extend the newer vector)."""
+
+    file_id: int
+    cardinality: int
+    new_positions: int  # positions this commit deletes (cardinality minus the previous one's)
+    previous: int | None = None
+    blob: bytes | None = None  # inline deletion-vector-v1 bytes ...
+    puffin_path: str | None = None  # ... or where a Puffin file holds them
+    blob_offset: int | None = None
+    blob_length: int | None = None
+
+
+class StaleVectors(CommitConflict):
+    """A commit's deletion vectors extend vectors that another commit replaced meanwhile, or
+    mark rows of files another commit removed: the writer looks its keys up again on the
+    newer snapshot and retries (users see it only if that keeps failing)."""
+
+    def __init__(self, message: str, file_ids: Sequence[int]) -> None:
+        super().__init__(message)
+        self.file_ids = list(file_ids)
+
+
+@dataclass(frozen=True)
+class VectorRecord:
+    """A data file's deletion vector as the metastore records it for a snapshot."""
+
+    file_id: int
+    added_snapshot: int
+    cardinality: int
+    blob: bytes | None
+    puffin_path: str | None
+    blob_offset: int | None
+    blob_length: int | None
 
 
 @dataclass(frozen=True)
@@ -152,6 +205,17 @@ class SnapshotChange:
     # recorded with content ``changelog`` and read by this snapshot only, so they are never
     # part of a table's live files and expire with the snapshot that wrote them.
     changelog: Sequence[NewFile] = ()
+    # Deletion vectors (merge-on-write primary-key tables): each replaces its file's current
+    # vector; the positions they add count as removed rows of the snapshot.
+    vectors: Sequence[NewVector] = ()
+    # Tombstone files (merge-on-write tables with a sequence field): the keys a write deleted,
+    # with their sequence values, so a version arriving later with an older sequence value
+    # stays deleted. Recorded with content ``tombstone``: live like data files, never scanned.
+    tombstones: Sequence[NewFile] = ()
+    # A rewrite of files of a merge-on-write table (compaction) read them with these vectors
+    # (file id -> the snapshot that recorded the vector, None: none): if another commit
+    # extended one meanwhile, the rewrite would bring rows back, so it is StaleVectors.
+    expect_vectors: Mapping[int, int | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from typing import Any
 
 import pyarrow as pa
 import sqlalchemy as sa
+from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
 from arrowlake import schema as schemas_mod
@@ -39,6 +40,7 @@ from arrowlake.metastore.records import (
     PartitionIds,
     SnapshotChange,
     TableRecord,
+    VectorRecord,
     check_commit_id,
     check_name,
     check_snapshot_id,
@@ -405,15 +407,16 @@ class Metastore(Commits, Streams):
 
     def live_files(self, table_id: int, snapshot_id: int | None,
                    partition_ids: Sequence[int] | None = None,
-                   buckets: Sequence[int] | None = None) -> pa.Table:
-        """The data files of ``snapshot_id`` as an Arrow table (:data:`FILE_SCHEMA`)."""
+                   buckets: Sequence[int] | None = None, content: str = "data") -> pa.Table:
+        """The data files of ``snapshot_id`` as an Arrow table (:data:`FILE_SCHEMA`); with
+        ``content="tombstone"`` the tombstone files of merge-on-write tables instead."""
         if snapshot_id is None:
             return FILE_SCHEMA.empty_table()
         c = t.files.c
         query = sa.select(*[c[n] for n in FILE_COLUMNS]).where(
             (c.table_id == table_id) & (c.added_snapshot <= snapshot_id)
             & ((c.removed_snapshot.is_(None)) | (c.removed_snapshot > snapshot_id))
-            & (c.content == "data"))
+            & (c.content == content))
         if partition_ids is not None:
             if not partition_ids:
                 return FILE_SCHEMA.empty_table()
@@ -425,10 +428,59 @@ class Metastore(Commits, Streams):
         return rows_to_table(rows, FILE_SCHEMA)
 
     def all_file_paths(self, table_id: int) -> list[str]:
-        """Every file any retained snapshot may read (live or removed but not yet expired)."""
+        """Every file any retained snapshot may read (live or removed but not yet expired):
+        data and changelog files, and Puffin files holding deletion vectors."""
         with self._read() as conn:
             rows = conn.execute(sa.select(t.files.c.path).where(t.files.c.table_id == table_id))
-            return [r[0] for r in rows]
+            paths = [r[0] for r in rows]
+            puffins = conn.execute(sa.select(t.vectors.c.puffin_path).distinct().where(
+                (t.vectors.c.table_id == table_id) & t.vectors.c.puffin_path.is_not(None)))
+            return paths + [r[0] for r in puffins]
+
+    def files_with_vectors_after(self, table_id: int, after: int | None) -> pa.Table:
+        """The data files (:data:`FILE_SCHEMA`) whose deletion vector a snapshot after
+        ``after`` extended: rows of theirs were replaced or deleted since."""
+        c, v = t.files.c, t.vectors.c
+        query = sa.select(*[c[n] for n in FILE_COLUMNS]).where(
+            (c.table_id == table_id) & sa.exists().where(
+                (v.table_id == table_id) & (v.file_id == c.file_id)
+                & (v.added_snapshot > (-1 if after is None else after))))
+        with self._read() as conn:
+            rows = conn.execute(query.order_by(c.file_id)).all()
+        return rows_to_table(rows, FILE_SCHEMA)
+
+    def vectors_changed(self, table_id: int, snapshot_id: int) -> list[int]:
+        """Ids of the data files whose deletion vector ``snapshot_id`` recorded (grew)."""
+        v = t.vectors.c
+        with self._read() as conn:
+            return [int(r[0]) for r in conn.execute(sa.select(v.file_id).where(
+                (v.table_id == table_id) & (v.added_snapshot == snapshot_id)))]
+
+    def live_vectors(self, table_id: int, snapshot_id: int | None,
+                     file_ids: Sequence[int] | None = None) -> dict[int, VectorRecord]:
+        """The deletion vectors of ``snapshot_id`` by data file id (of ``file_ids`` only, when
+        given); files without one are absent."""
+        if snapshot_id is None:
+            return {}
+        v = t.vectors.c
+        query = sa.select(v.file_id, v.added_snapshot, v.cardinality, v.blob, v.puffin_path,
+                          v.blob_offset, v.blob_length).where(
+            (v.table_id == table_id) & (v.added_snapshot <= snapshot_id)
+            & (v.removed_snapshot.is_(None) | (v.removed_snapshot > snapshot_id)))
+        out: dict[int, VectorRecord] = {}
+        with self._read() as conn:
+            if file_ids is None:
+                chunks: list[Sequence[int] | None] = [None]
+            else:
+                ids = list(file_ids)
+                chunks = [ids[i:i + 500] for i in range(0, len(ids), 500)]
+            for chunk in chunks:
+                q = query if chunk is None else query.where(v.file_id.in_(list(chunk)))
+                for r in conn.execute(q):
+                    out[int(r[0])] = VectorRecord(
+                        int(r[0]), int(r[1]), int(r[2]), None if r[3] is None else bytes(r[3]),
+                        r[4], r[5], r[6])
+        return out
 
     # -- maintenance ---------------------------------------------------------------------------
 
@@ -454,7 +506,28 @@ class Metastore(Commits, Streams):
                 & s.snapshot_id.not_in(tagged)))
             paths = [r[0] for r in conn.execute(sa.select(c.path).where(unread))]
             conn.execute(t.files.delete().where(unread))
+            paths += self._expire_vectors(conn, table_id)
         return paths
+
+    @staticmethod
+    def _expire_vectors(conn: Connection, table_id: int) -> list[str]:
+        """Delete the vector rows no retained snapshot reads (and those of files gone); the
+        Puffin files no remaining row refers to."""
+        s, v, f = t.snapshots.c, t.vectors.c, t.files.c
+        read_by_retained = sa.exists().where(
+            (s.table_id == v.table_id) & (s.snapshot_id >= v.added_snapshot)
+            & (s.snapshot_id < v.removed_snapshot))
+        file_kept = sa.exists().where((f.table_id == v.table_id) & (f.file_id == v.file_id))
+        unread = (v.table_id == table_id) & (
+            (v.removed_snapshot.is_not(None) & ~read_by_retained) | ~file_kept)
+        candidates = {r[0] for r in conn.execute(sa.select(v.puffin_path).distinct().where(
+            unread & v.puffin_path.is_not(None)))}
+        conn.execute(t.vectors.delete().where(unread))
+        if not candidates:
+            return []
+        still = {r[0] for r in conn.execute(sa.select(v.puffin_path).distinct().where(
+            (v.table_id == table_id) & v.puffin_path.in_(sorted(candidates))))}
+        return sorted(candidates - still)
 
 
 __all__ = ["CommitResult", "Database", "Metastore", "NewFile", "PartitionIds", "SnapshotChange",

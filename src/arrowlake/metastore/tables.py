@@ -26,8 +26,9 @@ from sqlalchemy import (
 #: Version 2: table, partition and file ids are never reused (SQLite AUTOINCREMENT; PostgreSQL
 #: sequences never reused them), and snapshots record their write token and when they stopped
 #: being current. Version 3: streaming consumers' progress (``al_consumers``). Version 4:
-#: consumers' leases (``al_consumer_leases``).
-SCHEMA_VERSION = 4
+#: consumers' leases (``al_consumer_leases``). Version 5: deletion vectors of primary-key
+#: tables written in merge-on-write mode (``al_vectors``).
+SCHEMA_VERSION = 5
 
 metadata = MetaData()
 
@@ -186,4 +187,28 @@ consumer_leases = Table(
     Column("expires_at", BigInteger, nullable=False),  # epoch ms; the holder renews it
     PrimaryKeyConstraint("table_id", "consumer_id"),
     ForeignKeyConstraint(["table_id"], ["al_tables.table_id"], ondelete="CASCADE"),
+)
+
+vectors = Table(
+    "al_vectors",
+    metadata,
+    # One cumulative deletion vector of one data file, as of the snapshots in
+    # [added_snapshot, removed_snapshot): a commit that deletes more rows of the file closes
+    # the file's current row and adds the union. The file's live rows are its row_count minus
+    # this cardinality.
+    Column("table_id", Integer, nullable=False),
+    Column("file_id", BigInteger, nullable=False),
+    Column("added_snapshot", BigInteger, nullable=False),
+    Column("removed_snapshot", BigInteger, nullable=True),
+    Column("cardinality", BigInteger, nullable=False),
+    # The vector's deletion-vector-v1 bytes, when small enough to keep here ...
+    Column("blob", LargeBinary, nullable=True),
+    # ... else where they are: a Puffin file (path relative to the table location) and range.
+    Column("puffin_path", Text, nullable=True),
+    Column("blob_offset", BigInteger, nullable=True),
+    Column("blob_length", BigInteger, nullable=True),
+    PrimaryKeyConstraint("table_id", "file_id", "added_snapshot"),
+    ForeignKeyConstraint(["table_id"], ["al_tables.table_id"], ondelete="CASCADE"),
+    Index("al_vectors_added", "table_id", "added_snapshot"),
+    Index("al_vectors_removed", "table_id", "removed_snapshot"),
 )

@@ -30,6 +30,7 @@ from arrowlake.expressions import (
     may_match,
     referenced_columns,
 )
+from arrowlake.io.deletion_vectors import VectorRef
 from arrowlake.io.stats import parse_stats, partition_table, stats_table
 from arrowlake.io.storage import Storage
 from arrowlake.merge.bucketing import buckets_for_keys
@@ -131,8 +132,17 @@ def plan_files(view: TableView, expr: Expr) -> pa.Table:
     buckets = None
     if view.record.primary_key:
         keys = set(view.record.primary_key)
+        if view.record.deletion_vectors:
+            # Every key lives in one live row: a file whose statistics rule a filter out holds
+            # no current version that matches it, so any column prunes (statistics count the
+            # deleted rows too, which only keeps more files).
+            return _prune_by_stats(view, expr, key_buckets(view, expr))
         expr = and_all([c for c in conjuncts(expr) if referenced_columns(c) <= keys])
         buckets = key_buckets(view, expr)
+    return _prune_by_stats(view, expr, buckets)
+
+
+def _prune_by_stats(view: TableView, expr: Expr, buckets: list[int] | None) -> pa.Table:
     part_ids = _partition_ids(view, expr)
     if part_ids is not None and len(part_ids) > _MAX_SQL_PARTITIONS:
         files = view.metastore.live_files(view.record.table_id, view.snapshot_id,
@@ -179,16 +189,29 @@ def file_tasks(view: TableView, files: pa.Table) -> list[FileTask]:
                        for pid in cols["partition_id"]]
     ranges: list[tuple[tuple[Any, ...], tuple[Any, ...]] | None] = [None] * n
     additions = [False] * n
+    deletes: list[VectorRef | None] = [None] * n
     if view.record.primary_key and n:
         ranges, additions = _run_facts(view, files)
+    if view.record.deletion_vectors and n:
+        deletes = file_vectors(view, cols["file_id"])
     return [
         FileTask(fid, join(loc, path), size, rows, sid, bucket, smin, smax, pid, key_range,
-                 adds, pvalues)
-        for fid, path, size, rows, sid, bucket, smin, smax, pid, key_range, adds, pvalues in zip(
-            cols["file_id"], cols["path"], cols["file_size"], cols["row_count"],
-            cols["schema_id"], cols["bucket"], cols["seq_min"], cols["seq_max"],
-            cols["partition_id"], ranges, additions, part_values, strict=True)
+                 adds, pvalues, dv)
+        for fid, path, size, rows, sid, bucket, smin, smax, pid, key_range, adds, pvalues, dv
+        in zip(cols["file_id"], cols["path"], cols["file_size"], cols["row_count"],
+               cols["schema_id"], cols["bucket"], cols["seq_min"], cols["seq_max"],
+               cols["partition_id"], ranges, additions, part_values, deletes, strict=True)
     ]
+
+
+def file_vectors(view: TableView, file_ids: Sequence[int]) -> list[VectorRef | None]:
+    """The deletion vector of each file at the view's snapshot (None where it has none)."""
+    found = view.metastore.live_vectors(view.record.table_id, view.snapshot_id, file_ids)
+    join, loc = view.storage.join, view.location
+    return [None if (v := found.get(fid)) is None else VectorRef(
+                v.cardinality, v.blob, None if v.puffin_path is None else join(loc, v.puffin_path),
+                v.blob_offset or 0, v.blob_length or 0, v.added_snapshot)
+            for fid in file_ids]
 
 
 def _run_facts(view: TableView, files: pa.Table

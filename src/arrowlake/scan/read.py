@@ -51,6 +51,7 @@ from arrowlake.merge.read import (
     split_residual,
 )
 from arrowlake.merge.runs import KIND_COLUMN, KIND_FIELD
+from arrowlake.scan.deleted_rows import live_batches
 from arrowlake.schema import field_id
 
 if TYPE_CHECKING:
@@ -73,11 +74,20 @@ class _GroupRead:
     filter: pc.Expression | None  # pushed down into the dataset scan
     residual: pc.Expression | None  # applied after reading (filter needs columns not in files)
     constants: list[str] = field(default_factory=list)  # partition columns filled per file
+    # Files with deleted rows, read by ``_masked`` instead (see scan/deleted_rows.py).
+    masked: list[FileTask] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.masked:
+            self.files, self.masked = _with_deletes(self.files)
 
     def datasets(self) -> Iterator[ds.FileSystemDataset]:
         """The files as datasets to scan: one, or on high-latency storage one per window of
-        files, each fetched concurrently (only the chunks read) while the previous is decoded."""
+        files, each fetched concurrently (only the chunks read) while the previous is decoded.
+        Files with deleted rows are not among them (``_masked`` reads those)."""
         storage = self.storage
+        if not self.files:
+            return
         if not storage.high_latency:
             fs = storage.filesystem()
             fragments = [_fragment(storage, fs, f) for f in self.files]
@@ -186,6 +196,11 @@ def _fragment(storage: Storage, fs: pafs.FileSystem, task: FileTask) -> ds.Parqu
         while len(_FRAGMENTS) > _MAX_FRAGMENTS:
             _FRAGMENTS.popitem(last=False)
     return fragment
+
+
+def file_fragment(storage: Storage, task: FileTask) -> ds.ParquetFileFragment:
+    """The data file of ``task`` as a (cached) Parquet fragment, for readers of single files."""
+    return _fragment(storage, storage.filesystem(), task)
 
 
 def _group_by_schema(files: Sequence[FileTask]) -> list[tuple[int, list[FileTask]]]:
@@ -471,6 +486,28 @@ def _read_plain(split: Split) -> Iterator[pa.RecordBatch]:
                                          batch_size=split.batch_size, use_threads=True)
             for batch in batches:
                 yield _finish(batch, group, split, extra, out_schema)
+        for _, batch in _masked(split, group):
+            yield _finish(batch, group, split, extra, out_schema)
+
+
+def _with_deletes(files: Sequence[FileTask]) -> tuple[list[FileTask], list[FileTask]]:
+    """``(files read whole, files with deleted rows)``."""
+    plain = [f for f in files if f.deletes is None or not f.deletes.cardinality]
+    masked = [f for f in files if f.deletes is not None and f.deletes.cardinality]
+    return plain, masked
+
+
+def _masked(split: Split, group: _GroupRead) -> Iterator[tuple[FileTask, pa.RecordBatch]]:
+    """The live rows of the group's files that have a deletion vector (see
+    :mod:`arrowlake.scan.deleted_rows`); :meth:`_GroupRead.datasets` leaves them out."""
+    if not group.masked:
+        return
+    fs = split.storage.filesystem()
+    for task in group.masked:
+        for batch in live_batches(split.storage, task, _fragment(split.storage, fs, task),
+                                  group.file_schema, group.read_columns, group.columns,
+                                  group.filter, split.batch_size):
+            yield task, batch
 
 
 @_checked
@@ -499,6 +536,10 @@ def read_tagged(split: Split) -> Iterator[tuple[FileTask, pa.RecordBatch]]:
                 filled = partition_scalars(split, task, group.constants, cache) \
                     if group.constants else None
                 yield task, _finish(batch, group, split, extra, out_schema, filled, built)
+        for task, batch in _masked(split, group):
+            filled = partition_scalars(split, task, group.constants, cache) \
+                if group.constants else None
+            yield task, _finish(batch, group, split, extra, out_schema, filled, built)
 
 
 @_checked
@@ -523,6 +564,10 @@ def read_split_table(split: Split) -> pa.Table:
             if extra or table.schema.names != list(split.columns):
                 table = table.select(list(split.columns))
             tables.append(table.cast(out_schema) if table.schema != out_schema else table)
+        masked = [_finish(batch, group, split, extra, out_schema)
+                  for _, batch in _masked(split, group)]
+        if masked:
+            tables.append(pa.Table.from_batches(masked, schema=out_schema))
     if not tables:
         return out_schema.empty_table()
     return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
@@ -544,6 +589,9 @@ def count_split(split: Split) -> int:
             else:
                 table = dataset.to_table(columns=group.columns, filter=group.filter)
                 total += table.filter(group.residual).num_rows
+        for _, batch in _masked(split, group):
+            total += batch.num_rows if group.residual is None \
+                else batch.filter(group.residual).num_rows
     return total
 
 

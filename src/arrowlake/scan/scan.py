@@ -193,12 +193,21 @@ class Scan:
         files = self._files()
         if files.num_rows == 0:
             return 0
+        live = files.column("row_count")
+        if self.view.record.deletion_vectors:
+            # Rows of a file minus the positions its vector deletes: still metadata only.
+            vectors = self.view.metastore.live_vectors(
+                self.view.record.table_id, self.view.snapshot_id,
+                files.column("file_id").to_pylist())
+            deleted = pa.array([vectors[f].cardinality if f in vectors else 0
+                                for f in files.column("file_id").to_pylist()], pa.int64())
+            live = pc.subtract(live, deleted)
         if isinstance(self.expr, AlwaysTrue):
-            n = int(pc.sum(files.column("row_count")).as_py())
+            n = int(pc.sum(live).as_py())
         else:
             full = fully_matching(self.view, files, self.expr)
             full = pc.fill_null(full, False)
-            n = int(pc.sum(files.column("row_count").filter(full)).as_py() or 0)
+            n = int(pc.sum(pc.filter(live, full)).as_py() or 0)
             rest = files.filter(pc.invert(full))
             if rest.num_rows:
                 tasks = file_tasks(self.view, rest)

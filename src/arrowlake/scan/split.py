@@ -14,6 +14,7 @@ from typing import Any
 import pyarrow as pa
 
 from arrowlake.expressions import AlwaysTrue, Expr
+from arrowlake.io.deletion_vectors import VectorRef
 from arrowlake.io.storage import Storage
 from arrowlake.merge.read import MergeSpec
 from arrowlake.scan.read import read_split, read_split_table
@@ -37,6 +38,13 @@ class FileTask:
     key_range: tuple[tuple[Any, ...], tuple[Any, ...]] | None = None
     additions_only: bool = False
     partition_values: str | None = None  # JSON list, in the order of Split.partition_by
+    # Merge-on-write primary-key tables: the rows of this file later writes replaced or
+    # deleted (None: every row is live).
+    deletes: VectorRef | None = None
+
+    @property
+    def live_rows(self) -> int:
+        return self.row_count - (self.deletes.cardinality if self.deletes else 0)
 
 
 @dataclass(frozen=True, eq=False)

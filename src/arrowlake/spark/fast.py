@@ -196,7 +196,9 @@ def plan_read(spark: SparkSession | None, lake: Lake | str, table: str, *,
     for split in plan_splits(scan, None, cores):
         direct: list[FileTask] = []
         if split.merge is None:
-            direct = list(split.files)
+            direct = [f for f in split.files if f.deletes is None or not f.deletes.cardinality]
+            if len(direct) < len(split.files):
+                reasons.add("files with deleted rows (deletion vectors)")
         else:
             direct = [f for g in bucket_groups(split.files) if not needs_merge(g) for f in g]
             if len(direct) < len(split.files):

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from arrowlake.streaming.catchup import NetChangeSplit
+    from arrowlake.streaming.vector_changes import VectorChangeSplit
 
 #: The column a stream adds with ``include_row_kind=True``.
 ROW_KIND_COLUMN = "_row_kind"
@@ -176,7 +177,7 @@ class ReferencedChangeSplit:
 
 #: What a change is made of: plain change splits, lookup changelogs that refer to their runs,
 #: or net-change splits when catching up.
-AnySplit = Union[ChangeSplit, ReferencedChangeSplit, "NetChangeSplit"]
+AnySplit = Union[ChangeSplit, ReferencedChangeSplit, "NetChangeSplit", "VectorChangeSplit"]
 
 
 def no_columns(rows: int) -> pa.Table:

@@ -58,6 +58,9 @@ from arrowlake.expressions import (
     to_arrow,
     to_expression,
 )
+from arrowlake.io.deletion_vectors import VectorRef
+from arrowlake.io.deletion_vectors import encode as dv_encode
+from arrowlake.io.deletion_vectors import vector_of as dv_vector_of
 from arrowlake.merge.runs import KIND_COLUMN, KIND_FIELD
 from arrowlake.metastore import signals
 from arrowlake.metastore.records import epoch_ms
@@ -82,6 +85,7 @@ from arrowlake.streaming.change import (
     ChangeSplit,
     ReferencedChangeSplit,
 )
+from arrowlake.streaming.vector_changes import VectorChangeSplit
 from arrowlake.table.changelog import AFTER_COLUMN, REFERENCING_SUMMARY, UNCHANGED, log_schema
 from arrowlake.table.table import register_stream_factory
 
@@ -631,7 +635,8 @@ class Stream:
         """The files of this stream's shard: by bucket, or by file id on append tables."""
         if self._keep_buckets is None or files.num_rows == 0:
             return files
-        ids = files.column("bucket" if self._merge is not None else "file_id")
+        by_bucket = self._merge is not None or self._record.deletion_vectors
+        ids = files.column("bucket" if by_bucket else "file_id")
         return files.filter(pc.fill_null(self._keep_buckets(pc.cast(ids, pa.int64())), False))
 
     def _prune(self, files: pa.Table) -> pa.Table:
@@ -710,6 +715,9 @@ class Stream:
         elif self._merge is not None and (changelog.num_rows or "changelog" in snap.summary):
             # The table's changelog producer wrote what this snapshot changed.
             splits += self._splits(view, changelog, row_kind=None, merged=False)
+        elif self._record.deletion_vectors:
+            is_data = pc.equal(added.column("content"), "data")
+            splits += self._vector_changes(snap, view, added.filter(is_data))
         elif self._merge is not None:
             if removed.num_rows:
                 # An overwrite of partitions: their rows as they were, retracted.
@@ -721,6 +729,52 @@ class Stream:
         if not splits:
             return None
         return self._change(sid, snap, sid, snap.kind, snap.committed_at, splits)
+
+    def _vector_changes(self, snap: _Snapshot, view: TableView, added: pa.Table
+                        ) -> list[AnySplit]:
+        """A merge-on-write snapshot's change: the rows at the positions it deleted and the
+        rows of the files it added, paired by key, one split per partition and bucket."""
+        sid = snap.snapshot_id
+        ms, tid = self._metastore, self._table_id
+        grown = ms.vectors_changed(tid, sid)
+        before_view = self._view(sid - 1)
+        touched = ms.live_files(tid, sid - 1, buckets=None) if grown else None
+        gone: list[tuple[FileTask, VectorRef]] = []
+        if touched is not None and touched.num_rows:
+            touched = self._prune(self._keep(touched.filter(
+                pc.is_in(touched.column("file_id"), pa.array(grown, pa.int64())))))
+            tasks = file_tasks(before_view, touched)
+            now = ms.live_vectors(tid, sid, [t.file_id for t in tasks])
+            for task in tasks:
+                new = now[task.file_id]
+                ref = VectorRef(new.cardinality, new.blob, None if new.puffin_path is None
+                                else view.storage.join(view.location, new.puffin_path),
+                                new.blob_offset or 0, new.blob_length or 0, new.added_snapshot)
+                positions = ref.positions(view.storage, task.path)
+                if task.deletes is not None and task.deletes.cardinality:
+                    positions = np.setdiff1d(
+                        positions, task.deletes.positions(view.storage, task.path),
+                        assume_unique=True)
+                if len(positions):
+                    gone.append((replace(task, deletes=None), VectorRef(
+                        len(positions), dv_encode(dv_vector_of(positions)))))
+        new_tasks = file_tasks(view, added)
+        units: dict[tuple[str | None, int | None], tuple[list[Any], list[FileTask]]] = {}
+        for task, ref in gone:
+            units.setdefault((task.partition_values, task.bucket), ([], []))[0].append(
+                (task, ref))
+        for task in new_tasks:
+            units.setdefault((task.partition_values, task.bucket), ([], []))[1].append(task)
+        everything = tuple(self._schema.names)
+        out: list[AnySplit] = []
+        for olds, news in units.values():
+            schemas = file_schemas(before_view, [t for t, _ in olds])
+            after = self._split(view, news, merged=False, columns=everything,
+                                expr=AlwaysTrue()) if news else None
+            out.append(VectorChangeSplit(view.storage, tuple(olds), schemas, after,
+                                         self._schema, tuple(self._record.primary_key),
+                                         self._columns, self.include_row_kind, self._expr))
+        return out
 
     def _referencing_splits(self, view: TableView, changelog: pa.Table, runs: pa.Table
                             ) -> list[AnySplit]:

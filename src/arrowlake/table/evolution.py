@@ -18,7 +18,7 @@ from arrowlake.schema import (
     validate_column_name,
     without_views,
 )
-from arrowlake.table.primary_key import RESERVED_NAMES, check_pk_schema, engine_columns
+from arrowlake.table.pk_options import RESERVED_NAMES, check_pk_schema, engine_columns
 
 if TYPE_CHECKING:
     from arrowlake.table.table import Table

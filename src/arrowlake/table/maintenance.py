@@ -151,6 +151,10 @@ def remove_orphan_files(table: Table, older_than: timedelta = timedelta(days=1),
     """Files under the table's location that no snapshot references and that are older than
     ``older_than`` (younger ones may belong to a write still in progress).
     """
+    if not isinstance(older_than, timedelta):
+        raise ValidationError(
+            f"older_than must be a timedelta (how old a file must be to count as an orphan), "
+            f"got {older_than!r}; timedelta(0) takes every unreferenced file")
     table.refresh()
     storage = table._storage
     location = table._record.location

@@ -32,13 +32,13 @@ from arrowlake.expressions import (
 from arrowlake.merge import ROW_KIND, RowKind
 from arrowlake.schema import conform
 from arrowlake.table.inputs import batch_stream
+from arrowlake.table.pk_options import require_primary_key
 from arrowlake.table.primary_key import (
     REPLAN_ATTEMPTS,
     check_deletes_supported,
     commit_rows,
     conflict_on_touched_keys,
     gave_up,
-    require_primary_key,
     scan_at,
     with_kinds,
 )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -18,46 +18,40 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from arrowlake.errors import CommitConflict, SchemaMismatch, ValidationError
+from arrowlake.errors import CommitConflict, ValidationError
 from arrowlake.expressions import AlwaysTrue, Expr, referenced_columns
-from arrowlake.io.stats import decode_values, encode_partition_value, partition_path
+from arrowlake.io.stats import decode_values
 from arrowlake.io.writer import (
     DataFileWriter,
-    FileTarget,
-    WriteOptions,
-    close_all,
-    dictionary_columns,
-    split_by_columns,
 )
 from arrowlake.merge import (
-    ENGINES,
     ROW_KIND,
-    SEQUENCE,
     Aggregation,
     Deduplicate,
     FirstRow,
-    MergeEngine,
     PartialUpdate,
     RowKind,
-    dedupe_within_write,
-    engine_from_options,
 )
 from arrowlake.merge.bucketing import bucket_of
-from arrowlake.merge.engines import unique_run_order
-from arrowlake.merge.runs import KIND_COLUMN, KIND_FIELD, key_json, row_kinds_from
+from arrowlake.merge.runs import row_kinds_from
 from arrowlake.metastore.store import NewFile, SnapshotChange
 from arrowlake.scan.planning import fully_matching, plan_files
-from arrowlake.scan.read import constant_column
 from arrowlake.scan.scan import Scan
-from arrowlake.schema import field_id, find_field
 from arrowlake.table import changelog
-from arrowlake.table.compaction import (
-    CompactionOptions,
-    compact_if_needed,
-    compaction_options,
-)
+from arrowlake.table.compaction import compact_if_needed, compaction_options
 from arrowlake.table.inputs import batch_stream
-from arrowlake.table.run_cache import remember_runs, run_cache_bytes
+from arrowlake.table.merge_on_write import commit_on_write
+from arrowlake.table.pk_options import (
+    DEFAULT_BUCKETS,
+    merge_engine,
+    require_primary_key,
+    sequence_field,
+)
+from arrowlake.table.sorted_runs import (
+    start_runs,
+    write_runs,
+)
+from arrowlake.table.vector_compaction import compact_vectors
 from arrowlake.table.writes import (
     WriteResult,
     _conflict_on_new_matches,
@@ -69,338 +63,6 @@ if TYPE_CHECKING:
     from arrowlake.table.table import Table
 
 _log = logging.getLogger(__name__)
-
-DEFAULT_BUCKETS = 4
-
-_KEY_TYPES = "integers, strings, binaries, dates, times, timestamps, booleans and decimals"
-
-
-def _key_type_ok(t: pa.DataType) -> bool:
-    return (pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t)
-            or pa.types.is_string_view(t) or pa.types.is_binary(t)
-            or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t)
-            or pa.types.is_date(t) or pa.types.is_time(t) or pa.types.is_timestamp(t)
-            or pa.types.is_boolean(t) or pa.types.is_decimal(t))
-
-
-_OPTION_NAMES = ("merge_engine", "sequence_field", "aggregations", "ignore_delete",
-                 "partial_update_ignore_delete", "default_aggregation", "changelog_producer")
-
-
-def validate_pk_options(schema: pa.Schema, primary_key: Sequence[str],
-                        partition_by: Sequence[str], buckets: int | None,
-                        props: dict[str, str], options: Mapping[str, Any]
-                        ) -> tuple[pa.Schema, int | None, dict[str, str]]:
-    """Check a primary-key table's definition; return its schema (keys non-null), buckets and
-    properties. Every problem is a clear error before anything is created."""
-    unknown = sorted(set(options) - set(_OPTION_NAMES))
-    if unknown:
-        raise ValidationError(
-            f"Unknown table options: {', '.join(unknown)}; valid ones are "
-            f"{', '.join(_OPTION_NAMES)}")
-    if not primary_key:
-        if options or buckets is not None:
-            raise ValidationError(
-                "merge_engine, sequence_field, aggregations and buckets need a primary_key")
-        return schema, None, props
-    if len(set(primary_key)) != len(primary_key):
-        raise ValidationError(f"primary_key repeats columns: {list(primary_key)}")
-    for name in primary_key:
-        field = find_field(schema, name)
-        if not _key_type_ok(field.type):
-            raise SchemaMismatch(
-                f"Column '{name}' of type {field.type} cannot be part of a primary key: key "
-                f"columns may be {_KEY_TYPES}")
-    for name in (ROW_KIND, SEQUENCE, KIND_COLUMN):
-        if name in schema.names:
-            raise SchemaMismatch(
-                f"Column name '{name}' is reserved in primary-key tables; rename the column")
-    missing = [p for p in partition_by if p not in primary_key]
-    if missing:
-        raise ValidationError(
-            f"Partition columns must be part of the primary key; not in it: {missing}. Add them "
-            "to primary_key (a key must map to one partition)")
-    if buckets is None:
-        buckets = DEFAULT_BUCKETS
-    if not isinstance(buckets, int) or isinstance(buckets, bool) or buckets < 1:
-        raise ValidationError(f"buckets must be a positive integer, got {buckets!r}")
-    given = props.get("merge-engine")
-    engine_name = str(options.get("merge_engine", given or "deduplicate"))
-    if given is not None and given != engine_name:
-        raise ValidationError(
-            f"merge_engine='{engine_name}' and property 'merge-engine'='{given}' disagree; "
-            "give one of them")
-    if engine_name not in ENGINES:
-        raise ValidationError(
-            f"Unknown merge_engine '{engine_name}' (property 'merge-engine'); valid engines "
-            f"are {', '.join(ENGINES)}")
-    seq = options.get("sequence_field")
-    if seq is not None:
-        field = find_field(schema, seq)
-        if seq in primary_key:
-            raise ValidationError(f"sequence_field '{seq}' may not be part of the primary key")
-        if not (pa.types.is_integer(field.type) or pa.types.is_timestamp(field.type)
-                or pa.types.is_date(field.type) or pa.types.is_floating(field.type)
-                or pa.types.is_decimal(field.type)):
-            raise SchemaMismatch(
-                f"sequence_field '{seq}' has type {field.type}; it must be a number, date or "
-                "timestamp")
-    aggregations = options.get("aggregations")
-    if aggregations is not None and engine_name != "aggregation":
-        raise ValidationError("aggregations= needs merge_engine='aggregation'")
-    # Key columns never hold nulls: make that part of the schema, so writes check it.
-    fields = [f.with_nullable(False) if f.name in primary_key else f for f in schema]
-    schema = pa.schema(fields, metadata=schema.metadata)
-    props = dict(props)
-    props["merge-engine"] = engine_name
-    if seq is not None:
-        props["sequence-field"] = str(seq)
-    for flag in ("ignore_delete", "partial_update_ignore_delete"):
-        if options.get(flag):
-            props[flag.replace("_", "-").replace("partial-update-", "partial-update.")] = "true"
-    if aggregations:
-        if not isinstance(aggregations, Mapping):
-            raise ValidationError("aggregations must be a dict of column name to function")
-        for column, function in aggregations.items():
-            props[f"fields.{column}.aggregate-function"] = str(function)
-    if options.get("default_aggregation"):
-        props["fields.default-aggregate-function"] = str(options["default_aggregation"])
-    props.setdefault("compaction.max-runs", str(CompactionOptions().max_runs))
-    if "changelog_producer" in options:
-        props["changelog-producer"] = changelog.check_producer(options["changelog_producer"],
-                                                               primary_key)
-    # Builds the engine once so bad aggregation functions fail now.
-    engine_from_options(engine_name, schema, list(primary_key), _engine_options(props))
-    return schema, buckets, props
-
-
-#: Properties that say how the runs already written merge: fixed once the table exists.
-FIXED_PROPERTIES = ("merge-engine", "sequence-field", "ignore-delete",
-                    "partial-update.ignore-delete", "aggregation.remove-record-on-delete",
-                    "fields.default-aggregate-function")
-_FLAG_PROPERTIES = ("ignore-delete", "partial-update.ignore-delete",
-                    "aggregation.remove-record-on-delete")
-
-
-def is_engine_property(name: str) -> bool:
-    return name in FIXED_PROPERTIES or name.startswith("fields.")
-
-
-def validate_properties(props: Mapping[str, str], primary_key: Sequence[str]) -> None:
-    """Check every property arrowlake reads, so a malformed one fails when it is set, never
-    in a later write. Unknown properties are kept as user metadata."""
-    if "buckets" in props:
-        raise ValidationError(
-            "'buckets' is not a property: give buckets= to create_table(); a table's bucket "
-            "count is fixed once rows are written")
-    WriteOptions.from_properties(dict(props))
-    compaction_options(props)
-    run_cache_bytes(props)
-    engine_props = sorted(k for k in props if is_engine_property(k))
-    if engine_props and not primary_key:
-        raise ValidationError(
-            f"Properties {engine_props} configure merge engines and need a table with a "
-            "primary key")
-    engine = props.get("merge-engine", "deduplicate")
-    if engine not in ENGINES:
-        raise ValidationError(
-            f"Property 'merge-engine' must be one of {', '.join(ENGINES)}, not {engine!r}")
-    flags = [k for k in props if k in _FLAG_PROPERTIES or
-             (k.startswith("fields.") and k.endswith(".ignore-retract"))]
-    for name in flags:
-        if str(props[name]).strip().lower() not in ("true", "false"):
-            raise ValidationError(
-                f"Property '{name}' must be 'true' or 'false', not {props[name]!r}")
-
-
-def _engine_options(props: Mapping[str, str]) -> dict[str, str]:
-    return {k: v for k, v in props.items()
-            if k.startswith("fields.") or k in ("ignore-delete", "partial-update.ignore-delete",
-                                                "aggregation.remove-record-on-delete")}
-
-
-def translate_properties(props: Mapping[str, str], old: pa.Schema, new: pa.Schema
-                         ) -> dict[str, str]:
-    """``props`` with the columns its merge options name (``sequence-field``,
-    ``fields.<column>.*``) renamed from ``old`` to ``new`` by field id. Options of columns
-    ``new`` lacks are left out (a column added after an old snapshot)."""
-    ids = {f.name: field_id(f) for f in old}
-    names = {field_id(f): f.name for f in new}
-
-    def renamed(column: str) -> str | None:
-        fid = ids.get(column)
-        return column if fid is None else names.get(fid)
-
-    out: dict[str, str] = {}
-    for name, value in props.items():
-        if name == "sequence-field":
-            out[name] = renamed(value) or value
-        elif name.startswith("fields.") and name != "fields.default-aggregate-function":
-            parts = name.split(".")
-            column = renamed(".".join(parts[1:-1]))
-            if column is not None:
-                out[f"fields.{column}.{parts[-1]}"] = value
-        else:
-            out[name] = value
-    return out
-
-
-def _properties_for(table: Table, schema: pa.Schema | None) -> dict[str, str]:
-    props = table._record.properties
-    if schema is None or schema.equals(table.schema, check_metadata=True):
-        return dict(props)
-    return translate_properties(props, table.schema, schema)
-
-
-def merge_engine(table: Table, schema: pa.Schema | None = None) -> MergeEngine:
-    """The table's merge engine for reading files in ``schema`` (the current one by default):
-    options follow columns by field id, so renames and time travel keep them."""
-    props = _properties_for(table, schema)
-    return engine_from_options(props.get("merge-engine", "deduplicate"),
-                               table.schema if schema is None else schema,
-                               list(table._record.primary_key), _engine_options(props))
-
-
-def sequence_field(table: Table, schema: pa.Schema | None = None) -> str | None:
-    return _properties_for(table, schema).get("sequence-field")
-
-
-#: Column names primary-key tables use internally.
-RESERVED_NAMES = (ROW_KIND, SEQUENCE, KIND_COLUMN)
-
-
-def engine_columns(table: Table) -> list[str]:
-    """Columns the table's merge options name: they may be renamed, not dropped."""
-    props = table._record.properties
-    names = [props["sequence-field"]] if "sequence-field" in props else []
-    names += [".".join(k.split(".")[1:-1]) for k in props
-              if k.startswith("fields.") and k != "fields.default-aggregate-function"]
-    return names
-
-
-def check_pk_schema(table: Table, schema: pa.Schema) -> dict[str, str]:
-    """The properties a primary-key table gets with its new ``schema``, after checking that its
-    merge engine still works on it (a new column must suit the default aggregate function)."""
-    props = translate_properties(table._record.properties, table.schema, schema)
-    engine_from_options(props.get("merge-engine", "deduplicate"), schema,
-                        list(table._record.primary_key), _engine_options(props))
-    return props
-
-
-def require_primary_key(table: Table, what: str) -> None:
-    if not table._record.primary_key:
-        raise ValidationError(
-            f"{what} needs a table with a primary key; '{table.name}' has none. Use append(), "
-            "overwrite() or delete(), or create the table with primary_key=[...]")
-
-
-# -- writing runs -------------------------------------------------------------------------------
-
-
-def _run_schema(table: Table) -> pa.Schema:
-    return table.schema.append(KIND_FIELD)
-
-
-def _run_groups(rows: pa.Table, key: list[str], partition_by: list[str], buckets: int,
-                engine: MergeEngine, seq_field: str | None
-                ) -> Iterable[tuple[tuple[pa.Scalar, ...], int, pa.Table]]:
-    """``rows`` as one run per partition and bucket: ``(partition values, bucket, run)``, each
-    run sorted by key with unique keys (:func:`dedupe_within_write`)."""
-    bucket = bucket_of(rows, key, buckets)
-    # The group of every row: its bucket, then its partition values' dictionary codes.
-    codes = bucket.to_numpy().astype(np.int64)
-    width = buckets
-    for name in partition_by:
-        encoded = pc.dictionary_encode(rows.column(name).combine_chunks(),
-                                       null_encoding="encode")
-        codes = codes + width * encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-        width *= max(len(encoded.dictionary), 1)
-    order = unique_run_order(rows, key, codes, engine, constant=partition_by)
-    if order is not None:
-        # No key repeats within a group, nothing to merge: one sort of the whole write, then
-        # a take per group (what deduplicating each group would give), so that the write pool
-        # encodes a group while the next one is taken.
-        # Partition columns are constant in a group: built from its value, not taken.
-        sorted_codes = codes[order]
-        starts = np.flatnonzero(np.concatenate(([True], sorted_codes[1:] != sorted_codes[:-1])))
-        ends = np.append(starts[1:], len(order))
-        body = rows.drop_columns(partition_by)
-        for lo, hi in zip(starts.tolist(), ends.tolist(), strict=True):
-            taken = body.take(pa.array(order[lo:hi]))
-            values = tuple(rows.column(name)[int(order[lo])] for name in partition_by)
-            constants = dict(zip(partition_by, values, strict=True))
-            run = pa.Table.from_arrays(
-                [constant_column(constants[f.name], hi - lo) if f.name in constants
-                 else taken.column(f.name) for f in rows.schema], schema=rows.schema)
-            yield values, int(sorted_codes[lo] % buckets), run
-        return
-    with_bucket = rows.append_column("_al_bucket", bucket)
-    as_batch = pa.RecordBatch.from_arrays(
-        [c.combine_chunks() for c in with_bucket.columns], schema=with_bucket.schema)
-    for values, part in split_by_columns(as_batch, [*partition_by, "_al_bucket"]):
-        table = pa.Table.from_batches([part]).drop_columns(["_al_bucket"])
-        # Partition columns are constant here: sorting by the rest is the same order.
-        yield values[:-1], int(values[-1].as_py()), dedupe_within_write(
-            table, key, engine, seq_field, constant=partition_by)
-
-
-def write_runs(table: Table, rows: pa.Table) -> list[NewFile]:
-    """Write ``rows`` (table schema + ``_row_kind``) as one sorted run per partition and bucket."""
-    files: list[NewFile] = []
-    writers: list[DataFileWriter] = []
-    try:
-        written = _start_runs(table, rows, writers)
-        files = close_all(writers)
-    except BaseException:
-        for writer in writers:
-            writer.abort()
-        _discard(table, files)
-        raise
-    remember_runs(table, written)
-    return files
-
-
-def _start_runs(table: Table, rows: pa.Table, writers: list[DataFileWriter]
-                ) -> list[tuple[DataFileWriter, pa.Table]]:
-    """Hand ``rows`` to the write pool as one sorted run per partition and bucket, each
-    writer appended to ``writers`` (the caller closes them, or aborts them on an error);
-    returns each writer with its run's rows."""
-    rec = table._record
-    key = list(rec.primary_key)
-    buckets = int(rec.buckets or DEFAULT_BUCKETS)
-    engine = merge_engine(table)
-    seq_field = sequence_field(table)
-    schema = _run_schema(table)
-    target = FileTarget(storage=table._storage, location=rec.location, schema=schema,
-                        schema_id=rec.current_schema_id,
-                        options=WriteOptions.from_properties(rec.properties, sorted_runs=True))
-    dictionary: list[str] | None = None
-    written: list[tuple[DataFileWriter, pa.Table]] = []
-    for values, bucket, run in _run_groups(rows, key, list(rec.partition_by), buckets,
-                                           engine, seq_field):
-        run = run.rename_columns([KIND_COLUMN if c == ROW_KIND else c
-                                  for c in run.column_names]).select(schema.names)
-        run = pa.Table.from_arrays(run.columns, schema=schema)
-        if dictionary is None:
-            # One choice of encodings for all the write's runs, not a sample per file.
-            dictionary = dictionary_columns(run)
-        shown = [v.as_py() if v.is_valid else None for v in values]
-        ppath = partition_path(rec.partition_by, shown) if rec.partition_by else None
-        directory = "/".join(p for p in ("data", ppath, f"bucket-{bucket}") if p)
-        writer = DataFileWriter(
-            target, directory, partition_path=ppath,
-            partition_values=json.dumps([encode_partition_value(v) for v in values])
-            if rec.partition_by else None,
-            bucket=bucket,
-            file_hook=lambda t: {"key_min": key_json(t.slice(0, 1), key),
-                                 "key_max": key_json(t.slice(t.num_rows - 1, 1), key)},
-            dictionary=dictionary)
-        writers.append(writer)
-        # The pool writes this run while the next one is cut.
-        writer.write_all(run)
-        written.append((writer, run))
-    return written
-
 
 def collect(table: Table, data: Any, *, where: str = "input") -> pa.Table:
     """The whole input conformed to the table schema (a run must be sorted, so it is held)."""
@@ -426,6 +88,11 @@ def commit_rows(table: Table, rows: pa.Table, kind: str, *, commit_id: str | Non
     ``on_rebase`` is the commit's conflict check (see :func:`conflict_on_touched_keys`). Once
     the commit has landed nothing raises: a failing compaction is logged and left for later.
     """
+    if table._record.deletion_vectors:
+        check_sequence_values(table, rows)
+        landed = commit_on_write(table, rows, kind, commit_id=commit_id, summary=summary,
+                                 base=base, on_rebase=on_rebase)
+        return compact_vectors_after(table, landed)
     if base is None:
         table.refresh()
         base = table.current_snapshot_id
@@ -437,7 +104,7 @@ def commit_rows(table: Table, rows: pa.Table, kind: str, *, commit_id: str | Non
         # The lookup reads the new runs' rows, not their files: it runs while they are written.
         writers: list[DataFileWriter] = []
         try:
-            written = _start_runs(table, rows, writers)
+            written = start_runs(table, rows, writers)
         except BaseException:
             for writer in writers:
                 writer.abort()
@@ -449,6 +116,24 @@ def commit_rows(table: Table, rows: pa.Table, kind: str, *, commit_id: str | Non
                                    summary=summary, on_rebase=on_rebase,
                                    lookup_changelog=logged)
     return compact_after_commit(table, result, files)
+
+
+def compact_vectors_after(table: Table, result: WriteResult) -> WriteResult:
+    """``result`` of a merge-on-write commit, with the compaction of the buckets it touched
+    that it triggered (within its budget); like :func:`compact_after_commit`, never raises."""
+    if result.snapshot_id is None or result.duplicate or not result.buckets:
+        return result
+    options = compaction_options(table._record.properties)
+    try:
+        compacted = compact_vectors(table, touched=result.buckets,
+                                    budget=int(options.write_budget * result.added_bytes))
+    except Exception as exc:  # the write landed: it must not look failed to the caller
+        _log.warning("Snapshot %s of %s committed, but compacting after it failed (the "
+                     "next write or compact() retries): %s", result.snapshot_id,
+                     table.name, exc)
+        return result
+    return replace(result, compaction=compacted if compacted.snapshot_id or compacted.dropped
+                   else None)
 
 
 def compact_after_commit(table: Table, result: WriteResult, files: Sequence[NewFile]
@@ -702,9 +387,14 @@ def commit_overwrite(table: Table, files: list[NewFile], expr: Any, *, added_row
             remove = old.column("file_id").to_pylist()
             if not files and not remove:
                 return WriteResult(None, "overwrite")
+            removed_rows = int(pa.compute.sum(old.column("row_count")).as_py() or 0)
+            if rec.deletion_vectors and remove:
+                # Rows the removed files' vectors had deleted were no longer counted as live.
+                removed_rows -= sum(v.cardinality for v in table._metastore.live_vectors(
+                    rec.table_id, base, remove).values())
             change = SnapshotChange(
                 kind="overwrite", schema_id=rec.current_schema_id, add=files, remove=remove,
-                removed_rows=int(pa.compute.sum(old.column("row_count")).as_py() or 0),
+                removed_rows=removed_rows,
                 commit_id=commit_id, on_rebase=_conflict_on_new_matches(table, expr))
             try:
                 result = table._metastore.commit(rec.table_id, base, change)

@@ -33,9 +33,9 @@ from arrowlake.errors import ValidationError
 from arrowlake.expressions import AlwaysTrue, Expr, referenced_columns, to_arrow
 from arrowlake.io.storage import Storage
 from arrowlake.io.writer import write_batches
-from arrowlake.merge.runs import key_bounds_compare, key_range
+from arrowlake.merge.runs import KIND_COLUMN, key_bounds_compare, key_range
 from arrowlake.metastore.store import NewFile, TableRecord
-from arrowlake.table import changelog
+from arrowlake.table import changelog, sorted_runs
 from arrowlake.table import primary_key as pk
 from arrowlake.table.writes import (
     WriteResult,
@@ -141,7 +141,8 @@ def stage(target: WriteTarget, data: Any, mode: WriteMode = "append", *,
         plain = pa.Table.from_batches(batches, schema=target.schema) if batches \
             else target.schema.empty_table()
         rows = pk.with_kinds(plain, pk.RowKind.INSERT)
-    files = pk.write_runs(table, rows) if rows.num_rows else []
+    pk.check_sequence_values(table, rows)
+    files = sorted_runs.write_runs(table, rows) if rows.num_rows else []
     return StagedWrite(tuple(files), rows.num_rows, order)
 
 
@@ -173,6 +174,8 @@ def commit_staged(table: Table, staged: Sequence[StagedWrite], mode: WriteMode =
                 return WriteResult(None, "append")
             return commit_files(table, "append", table.current_snapshot_id, files,
                                 commit_id=commit_id)
+        if rec.deletion_vectors and mode != "overwrite":
+            return _commit_on_write(table, ordered, mode, commit_id)
         files = _settle_repeated_keys(table, ordered)
         if mode == "overwrite":
             return pk.commit_overwrite(table, files, expr,
@@ -192,6 +195,24 @@ def commit_staged(table: Table, staged: Sequence[StagedWrite], mode: WriteMode =
     return pk.compact_after_commit(table, result, files)
 
 
+def _commit_on_write(table: Table, staged: Sequence[StagedWrite], mode: WriteMode,
+                     commit_id: str | None) -> WriteResult:
+    """Commit stages into a merge-on-write table: their rows, read back in stage order (later
+    stages win a repeated key), go through the table's lookup and vectors like any write;
+    the staged runs are deleted whether or not the commit happens."""
+    try:
+        runs = [_read_run(table, f, None) for s in staged for f in s.files]
+        kind = "changes" if mode == "changes" else "upsert"
+        if not runs:
+            return WriteResult(None, kind)
+        rows = pa.concat_tables(runs)
+        rows = rows.rename_columns([pk.ROW_KIND if c == KIND_COLUMN else c
+                                    for c in rows.column_names])
+        return pk.commit_rows(table, rows, kind, commit_id=commit_id)
+    finally:
+        discard_staged(table, staged)
+
+
 def _settle_repeated_keys(table: Table, staged: Sequence[StagedWrite]) -> list[NewFile]:
     """The stages' runs, with the runs of every bucket where one key was written by several
     stages merged into one run (stages in order); see the module docstring."""
@@ -209,9 +230,9 @@ def _settle_repeated_keys(table: Table, staged: Sequence[StagedWrite]) -> list[N
         # Stages are in order and each stage's runs of one bucket hold unique keys: reading
         # them in sequence gives the versions in the order the merge engine resolves.
         rows = pa.concat_tables([_read_run(table, f, None) for _, f in runs])
-        rows = rows.rename_columns([pk.ROW_KIND if c == pk.KIND_COLUMN else c
+        rows = rows.rename_columns([pk.ROW_KIND if c == KIND_COLUMN else c
                                     for c in rows.column_names])
-        out.extend(pk.write_runs(table, rows))
+        out.extend(sorted_runs.write_runs(table, rows))
         replaced.extend(f for _, f in runs)
     if replaced:
         discard_staged(table, [StagedWrite(tuple(replaced), 0)])

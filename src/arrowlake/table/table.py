@@ -17,11 +17,19 @@ from arrowlake.metastore.store import check_commit_id
 from arrowlake.scan.planning import TableView
 from arrowlake.scan.scan import Scan
 from arrowlake.scan.split import MergeSpec
-from arrowlake.table import compaction, evolution, maintenance, primary_key, writes
+from arrowlake.table import (
+    compaction,
+    evolution,
+    maintenance,
+    pk_options,
+    primary_key,
+    vector_compaction,
+    writes,
+)
 from arrowlake.table.compaction import CompactionResult
 from arrowlake.table.maintenance import ExpireResult, OrphanResult
 from arrowlake.table.merge_into import MergeBuilder
-from arrowlake.table.primary_key import merge_engine, sequence_field
+from arrowlake.table.pk_options import merge_engine, sequence_field
 from arrowlake.table.writes import WriteResult
 
 if TYPE_CHECKING:
@@ -143,14 +151,14 @@ class Table:
         def check(current: dict[str, str]) -> None:
             # Runs with the table's row locked, against its properties as they are then.
             fixed = sorted(k for k, v in given.items()
-                           if primary_key.is_engine_property(k) and current.get(k) != v)
+                           if pk_options.is_engine_property(k) and current.get(k) != v)
             if fixed and key:
                 raise ValidationError(
                     f"Properties {fixed} of primary-key table '{self.name}' cannot be changed "
                     "after creation: the runs already written were merged under them. Create "
                     "a new table with the options you want and copy the rows into it")
             merged = {**current, **given}
-            primary_key.validate_properties(merged, key)
+            pk_options.validate_properties(merged, key)
             if "consumer.expiration" in merged:
                 maintenance.parse_duration("consumer.expiration", merged["consumer.expiration"])
 
@@ -251,8 +259,10 @@ class Table:
         return Scan.create(view, filter, columns, limit, self._merge_spec(view.schema))
 
     def _merge_spec(self, schema: pa.Schema | None = None) -> MergeSpec | None:
-        """How versions merge when files are read in ``schema`` (the current one by default)."""
-        if not self._record.primary_key:
+        """How versions merge when files are read in ``schema`` (the current one by default);
+        None when reads merge nothing: tables without a primary key, and primary-key tables
+        with deletion vectors, whose writes leave one live row per key."""
+        if not self._record.primary_key or self._record.deletion_vectors:
             return None
         return MergeSpec(tuple(self._record.primary_key), merge_engine(self, schema),
                          sequence_field(self, schema), tuple(self._record.partition_by))
@@ -352,7 +362,9 @@ class Table:
     def compact(self, full: bool = False) -> CompactionResult:
         """Merge the runs of each bucket of a primary-key table (see compaction)."""
         self._check_write()
-        primary_key.require_primary_key(self, "compact()")
+        pk_options.require_primary_key(self, "compact()")
+        if self._record.deletion_vectors:
+            return vector_compaction.compact_vectors(self, full=full)
         return compaction.compact(self, full=full)
 
     def overwrite(self, data: Any, filter: Expr | str | None = None, *,

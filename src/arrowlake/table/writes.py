@@ -45,6 +45,14 @@ class WriteResult:
     # The compaction this write triggered and committed after its own snapshot (primary-key
     # tables, see arrowlake.table.compaction); None when no bucket it touched was due.
     compaction: CompactionResult | None = None
+    # Merge-on-write primary-key tables: rows whose live version this write replaced (their
+    # positions marked deleted, the new version written); ``removed_rows`` counts every
+    # position it marked, deleted keys included.
+    replaced: int = 0
+    # Merge-on-write writes: the buckets they wrote to and the bytes of the files they added
+    # (what their compaction budget is measured against).
+    buckets: tuple[int, ...] = ()
+    added_bytes: int = 0
 
 
 def conformed(table: Table, data: Any, schema: pa.Schema, *, check: Expr | None = None,

@@ -1,0 +1,232 @@
+"""Where the current version of each key lives: (data file, row position), for merge-on-write.
+
+In a table with deletion vectors every key has at most one live row: a row of some data file
+of its partition and bucket whose position no vector deletes. A write finds those rows for the
+keys it writes, reading only the key columns of the bucket's files whose key range may hold one
+of them, and, when the engine needs the current values (partial-update, aggregation, a sequence
+field, the ``lookup`` changelog), only the row groups that hold the matches.
+
+Matching is vectorized: ``index_in`` of the file's keys in the written keys for a one-column
+key, a hash join for composite keys; deleted positions are dropped with a sorted-array test.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from arrowlake.io.storage import Storage
+from arrowlake.scan.read import file_fragment
+from arrowlake.scan.split import FileTask
+from arrowlake.schema import field_id
+
+_POSITION = "_al_position"
+_INCOMING = "_al_incoming"
+
+
+@dataclass
+class Matches:
+    """The live rows of written keys: for each, the file, the position in it and the index of
+    the key in the written keys; ``rows`` holds their current values when asked for."""
+
+    file_ids: np.ndarray
+    positions: np.ndarray
+    incoming: np.ndarray
+    rows: pa.Table | None = None
+
+    @property
+    def count(self) -> int:
+        return len(self.positions)
+
+
+def locate(storage: Storage, files: Sequence[FileTask], file_schemas: dict[int, pa.Schema],
+           schema: pa.Schema, key: Sequence[str], keys: pa.Table,
+           columns: Sequence[str] | None = None) -> Matches:
+    """The live rows of ``keys`` (a table of the key columns, one row per key) in ``files``
+    (one bucket's live files, with their vectors). With ``columns``, their values are read too
+    (in ``schema``, the table's current schema)."""
+    bounds = _key_bounds(keys, key)
+    parts: list[tuple[FileTask, np.ndarray, np.ndarray]] = []
+    for task in files:
+        if bounds is not None and task.key_range is not None and not _overlaps(
+                bounds, task.key_range):
+            continue
+        positions, incoming = _match_file(storage, task, file_schemas[task.schema_id], schema,
+                                          key, keys)
+        if len(positions):
+            parts.append((task, positions, incoming))
+    if not parts:
+        empty = np.zeros(0, dtype=np.int64)
+        rows = None if columns is None else schema.empty_table().select(list(columns))
+        return Matches(empty, empty, empty, rows)
+    file_ids = np.concatenate([np.full(len(p), t.file_id, dtype=np.int64) for t, p, _ in parts])
+    positions = np.concatenate([p for _, p, _ in parts])
+    incoming = np.concatenate([i for _, _, i in parts])
+    rows = None
+    if columns is not None:
+        rows = pa.concat_tables([
+            rows_at(storage, task, file_schemas[task.schema_id], schema, list(columns), pos)
+            for task, pos, _ in parts])
+    return Matches(file_ids, positions, incoming, rows)
+
+
+def _key_bounds(keys: pa.Table, key: Sequence[str]) -> tuple[object, object] | None:
+    """The written keys' first-column range, to skip files whose key range lies outside it."""
+    first = keys.column(key[0])
+    bounds = pc.min_max(first)
+    low, high = bounds["min"].as_py(), bounds["max"].as_py()
+    return None if low is None or high is None else (low, high)
+
+
+def _overlaps(bounds: tuple[object, object], file_range: tuple[tuple, tuple]) -> bool:
+    low, high = bounds
+    try:
+        return not (file_range[1][0] < low or file_range[0][0] > high)
+    except TypeError:
+        return True
+
+
+def _physical(file_schema: pa.Schema, schema: pa.Schema, name: str) -> str | None:
+    """The name column ``name`` of the table has in a file (found by field id)."""
+    wanted = field_id(schema.field(name))
+    for f in file_schema:
+        if field_id(f) == wanted:
+            return f.name
+    return None
+
+
+def _read_columns(storage: Storage, task: FileTask, file_schema: pa.Schema, schema: pa.Schema,
+                  names: Sequence[str], row_groups: Sequence[int] | None = None) -> pa.Table:
+    """Columns ``names`` of the table from one file (renamed, widened or missing columns
+    handled by field id), of the given row groups only when given."""
+    fragment = file_fragment(storage, task)
+    physical = {n: _physical(file_schema, schema, n) for n in names}
+    present = [p for p in physical.values() if p is not None]
+    if row_groups is not None:
+        fragment = fragment.subset(row_group_ids=list(row_groups))
+    raw = fragment.to_table(columns=present, schema=file_schema, use_threads=False)
+    out = []
+    for n in names:
+        typ = schema.field(n).type
+        p = physical[n]
+        column = raw.column(p) if p is not None else pa.nulls(raw.num_rows, typ)
+        out.append(column.cast(typ) if column.type != typ else column)
+    return pa.table(out, schema=pa.schema([schema.field(n) for n in names]))
+
+
+def match_keys(left: pa.Table, right: pa.Table, key: Sequence[str]
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """``(rows of left, rows of right)`` holding equal keys (keys are unique in ``right``)."""
+    if len(key) == 1:
+        found = pc.index_in(left.column(key[0]), value_set=right.column(key[0]).combine_chunks())
+        if found.null_count:
+            at_left = np.flatnonzero(found.is_valid().to_numpy(zero_copy_only=False))
+        else:
+            at_left = np.arange(len(found))
+        at_right = pc.drop_null(found).to_numpy(zero_copy_only=False)
+        return at_left.astype(np.int64), at_right.astype(np.int64)
+    ours = left.select(list(key)).append_column(
+        _POSITION, pa.array(np.arange(left.num_rows, dtype=np.int64)))
+    theirs = right.select(list(key)).append_column(
+        _INCOMING, pa.array(np.arange(right.num_rows, dtype=np.int64)))
+    joined = ours.join(theirs, list(key), join_type="inner", use_threads=False)
+    return (joined.column(_POSITION).to_numpy().astype(np.int64),
+            joined.column(_INCOMING).to_numpy().astype(np.int64))
+
+
+class _KeyCache:
+    """Key columns of data files this process read for lookups, by file, least recently used
+    dropped past :data:`KEY_CACHE_BYTES`. Data files never change (unique names), so a cached
+    column stays right; a writer then reads only the files added since its last lookup."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._tables: OrderedDict[tuple[str, int, tuple[str, ...], str], pa.Table] = \
+            OrderedDict()
+        self._bytes = 0
+
+    def get(self, key: tuple[str, int, tuple[str, ...], str]) -> pa.Table | None:
+        with self._lock:
+            table = self._tables.get(key)
+            if table is not None:
+                self._tables.move_to_end(key)
+            return table
+
+    def put(self, key: tuple[str, int, tuple[str, ...], str], table: pa.Table) -> None:
+        size = table.nbytes
+        if size > self.limit:
+            return
+        with self._lock:
+            if key in self._tables:
+                return
+            self._tables[key] = table
+            self._bytes += size
+            while self._bytes > self.limit:
+                _, dropped = self._tables.popitem(last=False)
+                self._bytes -= dropped.nbytes
+
+
+#: Bytes of key columns a process keeps for lookups (see :class:`_KeyCache`).
+KEY_CACHE_BYTES = 256 * 1024 * 1024
+_KEYS = _KeyCache(KEY_CACHE_BYTES)
+
+
+def _stored_keys(storage: Storage, task: FileTask, file_schema: pa.Schema, schema: pa.Schema,
+                 key: Sequence[str]) -> pa.Table:
+    # Keyed by the types too: a widened key column is read again in its new type.
+    types = ",".join(str(schema.field(k).type) for k in key)
+    cache_key = (task.path, task.file_size, tuple(key), types)
+    stored = _KEYS.get(cache_key)
+    if stored is None:
+        stored = _read_columns(storage, task, file_schema, schema, key)
+        _KEYS.put(cache_key, stored)
+    return stored
+
+
+def _match_file(storage: Storage, task: FileTask, file_schema: pa.Schema, schema: pa.Schema,
+                key: Sequence[str], keys: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """``(positions in the file, indices into keys)`` of the file's live rows of ``keys``."""
+    stored = _stored_keys(storage, task, file_schema, schema, key)
+    positions, incoming = match_keys(stored, keys, key)
+    if task.deletes is not None and task.deletes.cardinality and len(positions):
+        deleted = task.deletes.positions(storage, task.path).astype(np.int64)
+        at = np.searchsorted(deleted, positions)
+        live = (at >= len(deleted)) | (deleted[np.minimum(at, len(deleted) - 1)] != positions)
+        positions, incoming = positions[live], incoming[live]
+    return positions, incoming
+
+
+def rows_at(storage: Storage, task: FileTask, file_schema: pa.Schema, schema: pa.Schema,
+             names: list[str], positions: np.ndarray) -> pa.Table:
+    """The rows at ``positions`` of one file, reading only the row groups that hold them."""
+    metadata = file_fragment(storage, task).metadata
+    counts = np.array([metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)],
+                      dtype=np.int64)
+    starts = np.concatenate(([0], np.cumsum(counts)))
+    groups = np.searchsorted(starts, positions, side="right") - 1
+    wanted = np.unique(groups)
+    read = _read_columns(storage, task, file_schema, schema, names, wanted.tolist())
+    # Positions within the row groups read, concatenated in order.
+    offsets = np.concatenate(([0], np.cumsum(counts[wanted])))
+    index = offsets[np.searchsorted(wanted, groups)] + (positions - starts[groups])
+    return read.take(pa.array(index))
+
+
+__all__ = ["Matches", "locate", "match_keys", "rows_at"]
+
+
+def _forget_keys() -> None:
+    """In a forked child: start with an empty cache and a fresh lock."""
+    global _KEYS
+    _KEYS = _KeyCache(KEY_CACHE_BYTES)
+
+
+os.register_at_fork(after_in_child=_forget_keys)

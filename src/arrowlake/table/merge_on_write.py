@@ -1,0 +1,394 @@
+"""Merge on write: primary-key writes that settle versions when they are written.
+
+In a table with ``deletion-vectors.enabled`` every key lives in at most one live row. A write
+(upsert, delete, change data, MERGE INTO: everything that reaches :func:`commit_on_write`)
+resolves each key it writes against that row (:mod:`arrowlake.table.key_lookup`), writes one
+file per partition and bucket holding only the rows that change, and marks the replaced rows
+deleted in their files' deletion vectors, in the same commit. Readers then read files minus
+deleted positions, with no merge (:mod:`arrowlake.scan.deleted_rows`).
+
+What a written key becomes, per engine:
+
+- ``deduplicate`` without a sequence field: the write's newest version replaces the live row;
+  a retraction (``-U``/``-D``) deletes it (with ``ignore-delete`` retractions are dropped).
+  The current values are not read.
+- ``first-row`` without a sequence field: a version of a key that is live is dropped; a new
+  key's first version is written. Retractions are dropped.
+- every other case (``partial-update``, ``aggregation``, any engine with a
+  ``sequence_field``): the live row and the write's versions of the key are merged by the
+  engine exactly as a read of merge-on-read runs would merge them (the live row as the older
+  run); the result replaces the live row, or deletes it when the key's final state is deleted.
+  Where the result equals the live row nothing is written for the key.
+
+Concurrent writers: a commit whose base is not the current snapshot, and that finds files
+added since in a bucket it writes, or whose vectors another commit extended meanwhile, is
+:class:`~arrowlake.metastore.records.StaleVectors`: the write looks its keys up again on the
+newer snapshot and commits again. So a key is never live twice, and the history equals the
+writes applied in commit order.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from arrowlake.errors import CommitConflict
+from arrowlake.io import deletion_vectors as dv
+from arrowlake.io import puffin
+from arrowlake.io.stats import encode_partition_value
+from arrowlake.io.writer import DataFileWriter, close_all
+from arrowlake.merge import ROW_KIND, SEQUENCE, Deduplicate, FirstRow, MergeEngine
+from arrowlake.merge.versions import is_retraction, row_kinds
+from arrowlake.metastore.records import NewFile, NewVector, SnapshotChange, StaleVectors
+from arrowlake.scan.planning import file_tasks
+from arrowlake.scan.split import FileTask
+from arrowlake.table.key_lookup import Matches, locate, match_keys
+from arrowlake.table.pk_options import merge_engine, sequence_field
+from arrowlake.table.sorted_runs import run_groups, start_group_writers
+from arrowlake.table.writes import WriteResult, _discard
+
+if TYPE_CHECKING:
+    from arrowlake.scan.planning import TableView
+    from arrowlake.table.table import Table
+
+#: How often a write looks its keys up again after other commits changed its buckets.
+ATTEMPTS = 50
+
+_Group = tuple[tuple[pa.Scalar, ...], int, pa.Table]
+
+
+@dataclass
+class _Plan:
+    """What one attempt of a write changes: rows to write per group, positions to delete."""
+
+    groups: list[_Group] = field(default_factory=list)
+    tombstones: list[_Group] = field(default_factory=list)
+    deletes: dict[int, list[np.ndarray]] = field(default_factory=dict)
+    tasks: dict[int, FileTask] = field(default_factory=dict)
+    replaced: int = 0
+
+    def delete(self, task: FileTask, positions: np.ndarray) -> None:
+        if len(positions):
+            self.tasks[task.file_id] = task
+            self.deletes.setdefault(task.file_id, []).append(positions)
+
+    @property
+    def rows(self) -> int:
+        return sum(g[2].num_rows for g in self.groups)
+
+
+def commit_on_write(table: Table, rows: pa.Table, kind: str, *, commit_id: str | None = None,
+                    summary: dict[str, Any] | None = None, base: int | None = None,
+                    on_rebase: Callable[[pa.Table], None] | None = None) -> WriteResult:
+    """Write ``rows`` (table schema + ``_row_kind``) to a merge-on-write table and commit
+    them on ``base`` (the current snapshot when None), looking the keys up again for as long
+    as other commits keep changing the buckets written. ``on_rebase`` is the write's own
+    conflict check (deletes and MERGE INTO), run first."""
+    if base is None:
+        table.refresh()
+        base = table.current_snapshot_id
+    if rows.num_rows == 0:
+        return WriteResult(None, kind)
+    engine = merge_engine(table)
+    seq_field = sequence_field(table)
+    incoming = list(run_groups(table, rows))
+    # New rows that do not depend on the live ones are written once, whatever the retries.
+    blind = isinstance(engine, Deduplicate) and seq_field is None
+    files: list[NewFile] = []
+    graves: list[NewFile] = []
+    written_for: _Plan | None = None
+    try:
+        for _ in range(ATTEMPTS):
+            view = table._view(base, current_schema=True)
+            plan = _plan(table, view, incoming, engine, seq_field)
+            if written_for is None or not blind:
+                _discard(table, [*files, *graves])
+                files, graves = [], []
+                files = _write(table, plan.groups)
+                graves = [replace(f, content="tombstone") for f in _write(table, plan.tombstones)]
+                written_for = plan
+            vectors, puffin_path = _vectors(table, plan)
+            if not files and not vectors and not graves:
+                return WriteResult(None, kind)
+            new_positions = sum(v.new_positions for v in vectors)
+            change = SnapshotChange(
+                kind=kind, schema_id=table._record.current_schema_id, add=files,
+                vectors=vectors, tombstones=graves, removed_rows=new_positions,
+                commit_id=commit_id,
+                summary={**(summary or {}), "replaced_rows": plan.replaced},
+                on_rebase=_rebase_check(table, base, incoming, on_rebase))
+            try:
+                result = table._metastore.commit(table._record.table_id, base, change)
+            except StaleVectors:
+                _forget(table, puffin_path)
+                table.refresh()
+                base = table.current_snapshot_id
+                continue
+            except BaseException:
+                _forget(table, puffin_path)
+                raise
+            if result.duplicate:
+                _discard(table, [*files, *graves])
+                _forget(table, puffin_path)
+            return WriteResult(result.snapshot_id, kind, len(files), 0, plan.rows,
+                               new_positions, result.attempts, result.duplicate,
+                               replaced=plan.replaced,
+                               buckets=tuple(sorted({b for _, b, _ in incoming})),
+                               added_bytes=sum(f.file_size for f in files))
+        raise CommitConflict(
+            f"A {kind} of table '{table.name}' looked its keys up {ATTEMPTS} times and each "
+            "time other commits changed the buckets it writes before it could commit; the "
+            "table is unchanged by it. Retry later")
+    except BaseException:
+        _discard(table, [*files, *graves])
+        raise
+
+
+def _rebase_check(table: Table, base: int | None, incoming: Sequence[_Group],
+                  own: Callable[[pa.Table], None] | None) -> Callable[[pa.Table], None]:
+    """The commit's check when others landed since ``base``: the write's own (a delete's or
+    merge's: did the rows it decided on change?), then whether its lookups are stale."""
+    buckets = {bucket for _, bucket, _ in incoming}
+
+    def check(added: pa.Table) -> None:
+        if own is not None:
+            # In this mode a replaced or deleted row changes its file's vector, not only the
+            # files added: such files count as new versions of the keys they hold.
+            marked = table._metastore.files_with_vectors_after(table._record.table_id, base)
+            if marked.num_rows:
+                newest = pa.array(np.full(marked.num_rows, np.iinfo(np.int64).max, np.int64))
+                marked = marked.set_column(marked.schema.get_field_index("seq_max"),
+                                           "seq_max", newest)
+                added = pa.concat_tables([added, marked.cast(added.schema)])
+            own(added)
+        hit = [b for b in added.column("bucket").to_pylist() if b in buckets]
+        if hit:
+            raise StaleVectors(
+                f"Commits since this write's snapshot added files to buckets {sorted(set(hit))} "
+                "it writes", [])
+
+    return check
+
+
+def _partition_json(values: Sequence[pa.Scalar]) -> str:
+    # As the writer records it for the files of the partition (sorted_runs).
+    return json.dumps([encode_partition_value(v) for v in values])
+
+
+def _plan(table: Table, view: TableView, incoming: Sequence[_Group], engine: MergeEngine,
+          seq_field: str | None) -> _Plan:
+    rec = table._record
+    key = list(rec.primary_key)
+    buckets = sorted({bucket for _, bucket, _ in incoming})
+    live = view.metastore.live_files(rec.table_id, view.snapshot_id, buckets=buckets)
+    tasks = file_tasks(view, live)
+    by_group: dict[tuple[str | None, int | None], list[FileTask]] = {}
+    for task in tasks:
+        by_group.setdefault((task.partition_values, task.bucket), []).append(task)
+    graves: dict[tuple[str | None, int | None], list[FileTask]] = {}
+    if seq_field is not None:
+        dead = file_tasks(view, view.metastore.live_files(
+            rec.table_id, view.snapshot_id, buckets=buckets, content="tombstone"))
+        for task in dead:
+            graves.setdefault((task.partition_values, task.bucket), []).append(task)
+        tasks = [*tasks, *dead]
+    schemas = {sid: view.metastore.schema(rec.table_id, sid)
+               for sid in {t.schema_id for t in tasks}}
+    schema = table.schema
+    plan = _Plan()
+    # Partition columns are constant within a group: keys are matched without them.
+    lookup_key = [k for k in key if k not in rec.partition_by] or key
+    for values, bucket, run in incoming:
+        part = _partition_json(values) if rec.partition_by else None
+        candidates = by_group.get((part, bucket), [])
+        keys = run.select(lookup_key)
+        if isinstance(engine, Deduplicate) and seq_field is None:
+            found = locate(view.storage, candidates, schemas, schema, lookup_key, keys)
+            _replace_blindly(plan, values, bucket, run, found, candidates)
+        elif isinstance(engine, FirstRow) and seq_field is None:
+            found = locate(view.storage, candidates, schemas, schema, lookup_key, keys)
+            _keep_first(plan, values, bucket, run, found)
+        else:
+            found = locate(view.storage, candidates, schemas, schema, lookup_key, keys,
+                           columns=schema.names)
+            buried = locate(view.storage, graves.get((part, bucket), []), schemas, schema,
+                            lookup_key, keys, columns=schema.names)
+            _merge_with_live(plan, values, bucket, run, found, buried,
+                             [*candidates, *graves.get((part, bucket), [])], engine, key,
+                             lookup_key, seq_field, list(rec.partition_by))
+    return plan
+
+
+def _additions(run: pa.Table) -> np.ndarray:
+    return ~is_retraction(row_kinds(run))
+
+
+def _replace_blindly(plan: _Plan, values: tuple[pa.Scalar, ...], bucket: int, run: pa.Table,
+                     found: Matches, candidates: Sequence[FileTask]) -> None:
+    adds = _additions(run)
+    if adds.any():
+        plan.groups.append((values, bucket, run.filter(pa.array(adds)).drop_columns([ROW_KIND])))
+    _delete_found(plan, found, candidates)
+    plan.replaced += int(adds[found.incoming].sum()) if found.count else 0
+
+
+def _keep_first(plan: _Plan, values: tuple[pa.Scalar, ...], bucket: int, run: pa.Table,
+                found: Matches) -> None:
+    keep = _additions(run)
+    keep[found.incoming] = False
+    if keep.any():
+        plan.groups.append((values, bucket, run.filter(pa.array(keep)).drop_columns([ROW_KIND])))
+
+
+def _delete_found(plan: _Plan, found: Matches, candidates: Sequence[FileTask],
+                  which: np.ndarray | None = None) -> None:
+    """Mark the found rows (those ``which`` selects) deleted in their files."""
+    file_ids, positions = found.file_ids, found.positions
+    if which is not None:
+        file_ids, positions = file_ids[which], positions[which]
+    by_id = {t.file_id: t for t in candidates}
+    for fid in np.unique(file_ids).tolist():
+        plan.delete(by_id[fid], positions[file_ids == fid])
+
+
+#: The ``_seq`` of a write's own versions: newer than every committed one.
+_INCOMING_SEQ = 2**62
+
+
+def _snapshots_of(file_ids: np.ndarray, files: Sequence[FileTask]) -> np.ndarray:
+    """The snapshot that committed each row's file (its ``_seq`` as merge-on-read orders)."""
+    if not len(file_ids):
+        return np.zeros(0, dtype=np.int64)
+    ids = np.array([t.file_id for t in files], dtype=np.int64)
+    seqs = np.array([t.seq_max or 0 for t in files], dtype=np.int64)
+    order = np.argsort(ids)
+    return seqs[order][np.searchsorted(ids[order], file_ids)]
+
+
+def _versions(rows: pa.Table, kind: int, seqs: np.ndarray) -> pa.Table:
+    return rows.append_column(ROW_KIND, pa.array(np.full(rows.num_rows, kind, np.int8))) \
+        .append_column(SEQUENCE, pa.array(seqs.astype(np.int64)))
+
+
+def _merge_with_live(plan: _Plan, values: tuple[pa.Scalar, ...], bucket: int, run: pa.Table,
+                     found: Matches, buried: Matches, candidates: Sequence[FileTask],
+                     engine: MergeEngine, key: list[str], lookup_key: list[str],
+                     seq_field: str | None, partition_by: list[str]) -> None:
+    """The live rows, the tombstones and the write's versions of each key merged by the
+    engine, in commit order (each committed row with the snapshot of its file) as a read of
+    merge-on-read runs would merge them. Keys whose result differs from their live row get
+    the result written and the live row deleted; with a sequence field, keys the result
+    deletes get a tombstone (the retraction that won, with its sequence value)."""
+    assert found.rows is not None and buried.rows is not None
+    live = found.rows
+    names = live.column_names
+    parts = [_versions(live, 0, _snapshots_of(found.file_ids, candidates)),
+             _versions(buried.rows, 3, _snapshots_of(buried.file_ids, candidates)),
+             run.select([*names, ROW_KIND]).append_column(
+                 SEQUENCE, pa.array(np.full(run.num_rows, _INCOMING_SEQ, np.int64)))]
+    both = pa.concat_tables([p.cast(parts[0].schema) for p in parts])
+    keep_graves = seq_field is not None
+    merged = engine.merge(both, key, seq_field, keep_graves, constant=partition_by)
+    kinds = row_kinds(merged)
+    gone_now = is_retraction(kinds)
+    if keep_graves and gone_now.any():
+        # Only retractions of this write need a new tombstone; older ones are recorded.
+        fresh = gone_now & (merged.column(SEQUENCE).to_numpy() == _INCOMING_SEQ)
+        if fresh.any():
+            plan.tombstones.append((values, bucket, merged.filter(pa.array(fresh)).select(names)))
+    merged = merged.filter(pa.array(~gone_now)).select(names)
+    # Which merged rows replace a live row, and whether they change it.
+    at_merged, at_live = match_keys(merged, live, lookup_key)
+    changed = np.ones(merged.num_rows, dtype=bool)
+    if len(at_merged):
+        same = _unchanged(live.take(pa.array(at_live)), merged.take(pa.array(at_merged)))
+        changed[at_merged[same]] = False
+    gone = np.ones(live.num_rows, dtype=bool)  # live rows replaced or deleted
+    gone[at_live[~changed[at_merged]]] = False
+    if changed.any():
+        plan.groups.append((values, bucket, merged.filter(pa.array(changed))))
+    _delete_found(plan, found, candidates, gone)
+    plan.replaced += int(changed[at_merged].sum())
+
+
+def _unchanged(before: pa.Table, after: pa.Table) -> np.ndarray:
+    """Per row: every column equal (nulls equal nulls); columns Arrow cannot compare count as
+    changed, so such rows are rewritten, never lost."""
+    same = np.ones(before.num_rows, dtype=bool)
+    for name in before.column_names:
+        a, b = before.column(name), after.column(name)
+        try:
+            eq = pc.equal(a, b)
+        except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
+            return np.zeros(before.num_rows, dtype=bool)
+        both_null = pc.and_(pc.is_null(a), pc.is_null(b))
+        eq = pc.fill_null(pc.or_kleene(eq, both_null), False)
+        same &= eq.to_numpy(zero_copy_only=False)
+    return same
+
+
+def _write(table: Table, groups: Sequence[_Group]) -> list[NewFile]:
+    """The new rows of every group as one file in its partition's bucket (table schema, no
+    row-kind column: every row of a merge-on-write file is live until a vector says not)."""
+    if not groups:
+        return []
+    writers: list[DataFileWriter] = []
+    try:
+        start_group_writers(table, groups, table.schema, writers)
+        return close_all(writers)
+    except BaseException:
+        for writer in writers:
+            writer.abort()
+        raise
+
+
+def _vectors(table: Table, plan: _Plan) -> tuple[list[NewVector], str | None]:
+    """Each touched file's new cumulative vector (its old positions and the new ones); vectors
+    over :data:`~arrowlake.io.deletion_vectors.INLINE_LIMIT` bytes go in one Puffin file."""
+    storage = table._storage
+    out: list[tuple[int, int, int, int | None, bytes]] = []
+    for fid, parts in plan.deletes.items():
+        task = plan.tasks[fid]
+        vector = dv.vector_of(np.concatenate(parts))
+        before = 0
+        if task.deletes is not None and task.deletes.cardinality:
+            vector |= dv.vector_of(task.deletes.positions(storage, task.path))
+            before = task.deletes.cardinality
+        previous = task.deletes.since if task.deletes is not None else None
+        out.append((fid, len(vector), len(vector) - before, previous, dv.encode(vector)))
+    large = [o for o in out if len(o[4]) > dv.INLINE_LIMIT]
+    relative = None
+    locations: dict[int, puffin.BlobLocation] = {}
+    if large:
+        relative = f"vectors/{uuid.uuid4().hex}.puffin"
+        path = storage.join(table._record.location, relative)
+        written = puffin.write_puffin(storage, path, [
+            puffin.Blob(blob, dv.BLOB_TYPE, {"referenced-data-file": plan.tasks[fid].path,
+                                             "cardinality": str(card)})
+            for fid, card, _, _, blob in large])
+        locations = {o[0]: loc for o, loc in zip(large, written, strict=True)}
+    vectors = []
+    for fid, card, new, previous, blob in out:
+        at = locations.get(fid)
+        if at is None:
+            vectors.append(NewVector(fid, card, new, previous, blob=blob))
+        else:
+            vectors.append(NewVector(fid, card, new, previous, puffin_path=relative,
+                                     blob_offset=at.offset, blob_length=at.length))
+    return vectors, relative
+
+
+def _forget(table: Table, relative: str | None) -> None:
+    """Delete a Puffin file written for a commit that did not happen."""
+    if relative is not None:
+        _discard(table, [NewFile(relative, 0, 0, 0)])
+
+
+__all__ = ["commit_on_write"]

@@ -1,0 +1,293 @@
+"""Merge-on-write primary-key tables (``deletion_vectors=True``): every write leaves one live
+row per key, older versions marked deleted; reads merge nothing.
+
+The reference is the same history written to a merge-on-read table of the same engine: the
+two must hold the same rows at every snapshot."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import arrowlake as al
+from arrowlake.errors import DataFileError, ValidationError
+
+SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("p", pa.string()),
+                    ("v", pa.int64()), ("s", pa.int64())])
+KINDS = ["+I", "-U", "+U", "-D"]
+
+ENGINES = {
+    "deduplicate": {},
+    "deduplicate-seq": {"sequence_field": "s"},
+    "deduplicate-ignore-delete": {"ignore_delete": True},
+    "first-row": {"merge_engine": "first-row"},
+    "first-row-seq": {"merge_engine": "first-row", "sequence_field": "s"},
+    "partial-update": {"merge_engine": "partial-update"},
+    "aggregation": {"merge_engine": "aggregation",
+                    "aggregations": {"v": "sum", "s": "last_value"},
+                    "properties": {"aggregation.remove-record-on-delete": "true"}},
+}
+
+row = st.tuples(st.integers(0, 12), st.sampled_from(["a", "b"]),
+                st.one_of(st.none(), st.integers(-5, 5)), st.integers(0, 6))
+op = st.one_of(
+    st.tuples(st.just("upsert"), st.lists(row, min_size=1, max_size=8)),
+    st.tuples(st.just("changes"), st.lists(st.tuples(row, st.sampled_from(KINDS)),
+                                           min_size=1, max_size=8)),
+    st.tuples(st.just("delete"), st.integers(0, 12)),
+    st.tuples(st.just("compact"), st.booleans()),
+)
+
+
+def _rows(rows):
+    ids, ps, vs, ss = zip(*rows, strict=True)
+    return {"id": list(ids), "p": list(ps), "v": list(vs), "s": list(ss)}
+
+
+def _apply(table: al.Table, operation) -> None:
+    name, arg = operation
+    if name == "upsert":
+        table.upsert(_rows(arg))
+    elif name == "changes":
+        data = _rows([r for r, _ in arg])
+        data["op"] = [k for _, k in arg]
+        table.write_changes(data, row_kind="op")
+    elif name == "compact":
+        table.compact(full=arg)
+    else:
+        table.delete(al.col("id") <= arg)
+
+
+def _state(table: al.Table, **at) -> list[dict]:
+    return sorted(table.scan(**at).to_arrow().to_pylist(), key=lambda r: (r["id"], r["p"]))
+
+
+def _deletes_allowed(engine: str) -> bool:
+    return engine not in ("first-row", "first-row-seq", "deduplicate-ignore-delete")
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(ops=st.lists(op, min_size=1, max_size=6), buckets=st.integers(1, 4),
+       partitioned=st.booleans())
+def test_merge_on_write_equals_merge_on_read(tmp_path_factory, engine, ops, buckets,
+                                              partitioned):
+    lake = al.connect(tmp_path_factory.mktemp("dv"))
+    options = dict(ENGINES[engine])
+    properties = options.pop("properties", {})
+    key = ["id", "p"] if partitioned else ["id"]
+    made = {
+        mode: lake.create_table(
+            f"s.{mode}", SCHEMA, primary_key=key, buckets=buckets,
+            partition_by=["p"] if partitioned else [], deletion_vectors=(mode == "dv"),
+            properties=dict(properties), **options)
+        for mode in ("dv", "mor")}
+    dv_table, mor_table = made["dv"], made["mor"]
+    for operation in ops:
+        if operation[0] == "delete" and not _deletes_allowed(engine):
+            continue
+        for table in (dv_table, mor_table):
+            _apply(table, operation)
+        assert _state(dv_table) == _state(mor_table)
+        assert dv_table.count() == len(_state(mor_table))
+    # Time travel: every snapshot of the merge-on-write table, against the same history.
+    for snapshot in dv_table.snapshots().column("snapshot_id").to_pylist():
+        dv_rows = _state(dv_table, snapshot=snapshot)
+        assert dv_table.scan(snapshot=snapshot).count() == len(dv_rows)
+    assert not _keys_live_twice(dv_table, key)
+    assert _replayed(dv_table, key) == _state(dv_table)
+    lake.close()
+
+
+def _replayed(table: al.Table, key: list[str]) -> list[dict]:
+    """The table rebuilt from its change stream: each -U/-D must retract the row its key held,
+    each +I/+U add one to a key without a row."""
+    rows: dict[tuple, dict] = {}
+    with table.stream(start="earliest", stop_at_latest=True, include_row_kind=True) as changes:
+        for change in changes:
+            for r in change.to_arrow().to_pylist():
+                kind = r.pop("_row_kind")
+                k = tuple(r[c] for c in key)
+                if kind in ("-U", "-D"):
+                    assert rows.pop(k) == r, (change.snapshot_id, kind, r)
+                else:
+                    assert k not in rows, (change.snapshot_id, kind, r)
+                    rows[k] = r
+    return sorted(rows.values(), key=lambda r: (r["id"], r["p"]))
+
+
+def _keys_live_twice(table: al.Table, key: list[str]) -> bool:
+    rows = table.to_arrow()
+    return rows.group_by(key).aggregate([([], "count_all")]).filter(
+        pa.compute.greater(pa.compute.field("count_all"), 1)).num_rows > 0
+
+
+def _dv_table(lake: al.Lake, name: str = "s.u", **options) -> al.Table:
+    return lake.create_table(name, SCHEMA, primary_key=["id"], buckets=2,
+                             deletion_vectors=True, **options)
+
+
+def test_an_upsert_marks_the_replaced_rows_and_reads_merge_nothing(tmp_path):
+    lake = al.connect(tmp_path / "lake")
+    t = _dv_table(lake)
+    first = t.upsert({"id": [1, 2, 3], "p": ["a"] * 3, "v": [1, 2, 3], "s": [0] * 3})
+    assert (first.replaced, first.removed_rows, first.added_rows) == (0, 0, 3)
+    second = t.upsert({"id": [2, 4], "p": ["b", "b"], "v": [20, 40], "s": [1, 1]})
+    assert (second.replaced, second.removed_rows, second.added_rows) == (1, 1, 2)
+    assert _state(t) == [
+        {"id": 1, "p": "a", "v": 1, "s": 0}, {"id": 2, "p": "b", "v": 20, "s": 1},
+        {"id": 3, "p": "a", "v": 3, "s": 0}, {"id": 4, "p": "b", "v": 40, "s": 1}]
+    # Any column prunes and filters: each key has one live row.
+    assert t.scan(filter="v = 20").to_arrow().column("id").to_pylist() == [2]
+    assert t.scan(filter="v > 2").count() == 3
+    assert all(split.merge is None for split in t.scan().plan())
+    deleted = t.delete("id = 3")
+    assert (deleted.removed_rows, deleted.added_files) == (1, 0)
+    assert [r["id"] for r in _state(t)] == [1, 2, 4]
+    assert _state(t, snapshot=1) == [{"id": i, "p": "a", "v": i, "s": 0} for i in (1, 2, 3)]
+    # Live rows per snapshot; the compactions the writes triggered (files with a third of
+    # their rows deleted) change no count.
+    history = t.snapshots().to_pydict()
+    assert [n for n, k in zip(history["total_rows"], history["kind"], strict=True)
+            if k != "compact"] == [3, 4, 3]
+    assert all(history["total_rows"][i] == history["total_rows"][i - 1]
+               for i, k in enumerate(history["kind"]) if k == "compact")
+    lake.close()
+
+
+def test_count_reads_no_file(tmp_path):
+    lake = al.connect(tmp_path / "lake")
+    t = _dv_table(lake)
+    t.upsert({"id": list(range(100)), "p": ["a"] * 100, "v": list(range(100)), "s": [0] * 100})
+    t.upsert({"id": list(range(0, 100, 3)), "p": ["b"] * 34, "v": [0] * 34, "s": [1] * 34})
+    expected = t.count()
+    for path in t.files().column("path").to_pylist():
+        (tmp_path / "lake").joinpath(t.location.split("lake/", 1)[-1], path).unlink()
+    assert expected == 100
+    assert t.count() == 100  # metadata only: the files are gone
+    lake.close()
+
+
+def test_large_vectors_live_in_puffin_files_and_expire_with_their_snapshots(tmp_path):
+    lake = al.connect(tmp_path / "lake")
+    t = _dv_table(lake)
+    n = 50_000
+    t.upsert({"id": list(range(n)), "p": ["a"] * n, "v": list(range(n)), "s": [0] * n})
+    replaced = list(range(0, n, 7))  # spread over the whole file: a vector of many KiB
+    t.upsert({"id": replaced, "p": ["b"] * len(replaced), "v": [-1] * len(replaced),
+              "s": [1] * len(replaced)})
+    vectors = t._metastore.live_vectors(t._record.table_id, t.current_snapshot_id)
+    assert {v.puffin_path is not None for v in vectors.values()} == {True}
+    assert sum(v.cardinality for v in vectors.values()) == len(replaced)
+    assert t.count() == n
+    rows = t.scan(filter="p = 'b'").to_arrow()
+    assert sorted(rows.column("id").to_pylist()) == replaced
+    assert t.scan(filter="v = -1").count() == len(replaced)
+    puffins = sorted((tmp_path / "lake").rglob("*.puffin"))
+    assert len(puffins) == 1
+    assert t.remove_orphan_files(older_than=timedelta(0), dry_run=True).files == []
+    # More rows of the first file replaced: its vector grows into a new Puffin file, and the
+    # first one, read only by the older snapshot, goes when that snapshot expires.
+    more = list(range(1, n, 7))
+    t.upsert({"id": more, "p": ["c"] * len(more), "v": [-2] * len(more), "s": [2] * len(more)})
+    assert len(list((tmp_path / "lake").rglob("*.puffin"))) == 2
+    assert t.scan(filter="v = -1").count() == len(replaced)
+    assert t.scan(filter="v = -2").count() == len(more)
+    t.expire_snapshots(retain_last=1)
+    left = list((tmp_path / "lake").rglob("*.puffin"))
+    assert len(left) == 1 and left[0] != puffins[0]
+    assert t.scan(filter="v = -2").count() == len(more)
+    assert t.count() == n
+    lake.close()
+
+
+def test_a_damaged_vector_is_a_data_file_error(tmp_path):
+    lake = al.connect(tmp_path / "lake")
+    t = _dv_table(lake)
+    n = 20_000
+    t.upsert({"id": list(range(n)), "p": ["a"] * n, "v": [0] * n, "s": [0] * n})
+    t.upsert({"id": list(range(0, n, 5)), "p": ["b"] * (n // 5), "v": [1] * (n // 5),
+              "s": [1] * (n // 5)})
+    [puffin_file] = list((tmp_path / "lake").rglob("*.puffin"))
+    data = bytearray(puffin_file.read_bytes())
+    data[20] ^= 0xFF
+    puffin_file.write_bytes(bytes(data))
+    with pytest.raises(DataFileError, match="Deletion vector"):
+        t.to_arrow()
+    lake.close()
+
+
+def test_deletion_vectors_option_is_checked(tmp_path):
+    lake = al.connect(tmp_path / "lake")
+    with pytest.raises(ValidationError, match="with a primary key"):
+        lake.create_table("s.plain", SCHEMA, properties={"deletion-vectors.enabled": "true"})
+    with pytest.raises(ValidationError, match="must be 'true' or 'false'"):
+        lake.create_table("s.bad", SCHEMA, primary_key=["id"],
+                          properties={"deletion-vectors.enabled": "yes"})
+    with pytest.raises(ValidationError, match="not supported with deletion vectors yet"):
+        _dv_table(lake, "s.input", changelog_producer="input")
+    with pytest.raises(ValidationError, match="True or False"):
+        lake.create_table("s.x", SCHEMA, primary_key=["id"], deletion_vectors="on")
+    assert not any(lake.table_exists(n) for n in ("s.plain", "s.bad", "s.input", "s.x"))
+    lake.close()
+
+
+def test_compaction_bounds_files_and_drops_deleted_rows(tmp_path):
+    lake = al.connect(tmp_path / "lake")
+    t = _dv_table(lake, properties={"compaction.max-runs": "3"})
+    n = 2_000
+    t.upsert({"id": list(range(n)), "p": ["a"] * n, "v": [0] * n, "s": [0] * n})
+    for round_ in range(1, 9):
+        keys = list(range(round_, n, 9))
+        result = t.upsert({"id": keys, "p": ["b"] * len(keys), "v": [round_] * len(keys),
+                           "s": [round_] * len(keys)})
+        files = t.files()
+        per_bucket = files.group_by("bucket").aggregate([([], "count_all")])
+        assert max(per_bucket.column("count_all").to_pylist()) <= 4, round_
+        assert t.count() == n
+    assert result.snapshot_id is not None
+    expected = _state(t)
+    done = t.compact(full=True)
+    assert done.snapshot_id is not None and done.removed_files > done.added_files
+    assert _state(t) == expected and t.count() == n
+    assert t.files().num_rows == 2  # one file per bucket
+    assert t._metastore.live_vectors(t._record.table_id, t.current_snapshot_id) == {}
+    assert t.compact(full=True).snapshot_id is None  # nothing left to do
+    lake.close()
+
+
+def test_the_mode_is_fixed_at_creation(tmp_path):
+    lake = al.connect(tmp_path / "lake")
+    dv = _dv_table(lake)
+    mor = lake.create_table("s.mor", SCHEMA, primary_key=["id"])
+    for table, value in ((dv, "false"), (mor, "true")):
+        with pytest.raises(ValidationError, match="cannot be changed after creation"):
+            table.set_properties(**{"deletion-vectors.enabled": value})
+    assert dv.properties["deletion-vectors.enabled"] == "true"
+    assert "deletion-vectors.enabled" not in mor.properties
+    lake.close()
+
+
+def test_a_lookup_changelog_table_streams_before_images(tmp_path):
+    lake = al.connect(tmp_path / "lake")
+    t = _dv_table(lake, changelog_producer="lookup")
+    t.upsert({"id": [1, 2], "p": ["a", "a"], "v": [1, 2], "s": [0, 0]})
+    t.upsert({"id": [2, 3], "p": ["b", "b"], "v": [20, 3], "s": [1, 1]})
+    t.delete("id = 1")
+    with t.stream(start="earliest", stop_at_latest=True, include_row_kind=True,
+                  columns=["id", "v"]) as changes:
+        order = ["-D", "-U", "+U", "+I"]
+        seen = [sorted(c.to_arrow().to_pylist(),
+                       key=lambda r: (r["id"], order.index(r["_row_kind"])))
+                for c in changes]
+    assert seen == [
+        [{"id": 1, "v": 1, "_row_kind": "+I"}, {"id": 2, "v": 2, "_row_kind": "+I"}],
+        [{"id": 2, "v": 2, "_row_kind": "-U"}, {"id": 2, "v": 20, "_row_kind": "+U"},
+         {"id": 3, "v": 3, "_row_kind": "+I"}],
+        [{"id": 1, "v": 1, "_row_kind": "-D"}]]
+    lake.close()
