@@ -291,3 +291,25 @@ def test_a_lookup_changelog_table_streams_before_images(tmp_path):
          {"id": 3, "v": 3, "_row_kind": "+I"}],
         [{"id": 1, "v": 1, "_row_kind": "-D"}]]
     lake.close()
+
+
+def test_an_overwrite_of_a_partition_streams_its_live_rows_retracted(tmp_path):
+    lake = al.connect(tmp_path / "lake")
+    t = lake.create_table("s.p", SCHEMA, primary_key=["id", "p"], partition_by=["p"],
+                          buckets=2, deletion_vectors=True)
+    t.upsert({"id": [1, 2, 3], "p": ["a", "a", "b"], "v": [1, 2, 3], "s": [0, 0, 0]})
+    t.upsert({"id": [2], "p": ["a"], "v": [20], "s": [1]})  # a vector on partition a's file
+    result = t.overwrite({"id": [2, 4], "p": ["a", "a"], "v": [200, 4], "s": [2, 2]},
+                         filter="p = 'a'")
+    assert result.removed_rows == 2  # the live rows 1 and 2, not the replaced version of 2
+    assert t.count() == 3
+    assert t.snapshots().column("total_rows").to_pylist()[-1] == 3
+    with t.stream(start=result.snapshot_id, stop_at_latest=True, include_row_kind=True,
+                  columns=["id", "v"]) as changes:
+        [change] = list(changes)
+    order = ["-D", "-U", "+U", "+I"]
+    rows = sorted(change.to_arrow().to_pylist(),
+                  key=lambda r: (r["id"], order.index(r["_row_kind"])))
+    assert rows == [{"id": 1, "v": 1, "_row_kind": "-D"}, {"id": 2, "v": 20, "_row_kind": "-U"},
+                    {"id": 2, "v": 200, "_row_kind": "+U"}, {"id": 4, "v": 4, "_row_kind": "+I"}]
+    lake.close()

@@ -717,7 +717,7 @@ class Stream:
             splits += self._splits(view, changelog, row_kind=None, merged=False)
         elif self._record.deletion_vectors:
             is_data = pc.equal(added.column("content"), "data")
-            splits += self._vector_changes(snap, view, added.filter(is_data))
+            splits += self._vector_changes(snap, view, added.filter(is_data), removed)
         elif self._merge is not None:
             if removed.num_rows:
                 # An overwrite of partitions: their rows as they were, retracted.
@@ -730,8 +730,8 @@ class Stream:
             return None
         return self._change(sid, snap, sid, snap.kind, snap.committed_at, splits)
 
-    def _vector_changes(self, snap: _Snapshot, view: TableView, added: pa.Table
-                        ) -> list[AnySplit]:
+    def _vector_changes(self, snap: _Snapshot, view: TableView, added: pa.Table,
+                        removed: pa.Table) -> list[AnySplit]:
         """A merge-on-write snapshot's change: the rows at the positions it deleted and the
         rows of the files it added, paired by key, one split per partition and bucket."""
         sid = snap.snapshot_id
@@ -759,19 +759,26 @@ class Stream:
                     gone.append((replace(task, deletes=None), VectorRef(
                         len(positions), dv_encode(dv_vector_of(positions)))))
         new_tasks = file_tasks(view, added)
-        units: dict[tuple[str | None, int | None], tuple[list[Any], list[FileTask]]] = {}
+        # Files an overwrite removed, with their vectors as of the snapshot before.
+        dropped = file_tasks(before_view, removed) if removed.num_rows else []
+        units: dict[tuple[str | None, int | None],
+                    tuple[list[Any], list[FileTask], list[FileTask]]] = {}
         for task, ref in gone:
-            units.setdefault((task.partition_values, task.bucket), ([], []))[0].append(
+            units.setdefault((task.partition_values, task.bucket), ([], [], []))[0].append(
                 (task, ref))
         for task in new_tasks:
-            units.setdefault((task.partition_values, task.bucket), ([], []))[1].append(task)
+            units.setdefault((task.partition_values, task.bucket), ([], [], []))[1].append(task)
+        for task in dropped:
+            units.setdefault((task.partition_values, task.bucket), ([], [], []))[2].append(task)
         everything = tuple(self._schema.names)
         out: list[AnySplit] = []
-        for olds, news in units.values():
+        for olds, news, gones in units.values():
             schemas = file_schemas(before_view, [t for t, _ in olds])
             after = self._split(view, news, merged=False, columns=everything,
                                 expr=AlwaysTrue()) if news else None
-            out.append(VectorChangeSplit(view.storage, tuple(olds), schemas, after,
+            before = self._split(before_view, gones, merged=False, columns=everything,
+                                 expr=AlwaysTrue()) if gones else None
+            out.append(VectorChangeSplit(view.storage, tuple(olds), schemas, after, before,
                                          self._schema, tuple(self._record.primary_key),
                                          self._columns, self.include_row_kind, self._expr))
         return out

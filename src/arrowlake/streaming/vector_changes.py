@@ -7,6 +7,9 @@ the rows of the files it added are what it added. Pairing them by key gives ``-U
 a replaced key (each ``-U`` directly before its ``+U``), ``-D`` for a deleted one and ``+I`` for
 a new one.
 
+An overwrite of partitions removes files instead: their live rows (as of the snapshot
+before) are retracted the same way.
+
 A :class:`VectorChangeSplit` covers some partitions and buckets of one snapshot (a key's old
 and new rows are always in the same one) and is picklable, like every change split.
 """
@@ -41,6 +44,7 @@ class VectorChangeSplit:
     gone: tuple[tuple[FileTask, VectorRef], ...]
     file_schemas: Mapping[int, pa.Schema]
     added: Split | None
+    removed: Split | None  # files the snapshot removed (an overwrite): their live rows
     schema: pa.Schema  # the table schema at the snapshot
     key: tuple[str, ...]
     columns: tuple[str, ...]
@@ -49,8 +53,8 @@ class VectorChangeSplit:
 
     @property
     def row_count(self) -> int:
-        return sum(v.cardinality for _, v in self.gone) + \
-            (self.added.row_count if self.added is not None else 0)
+        return sum(v.cardinality for _, v in self.gone) + sum(
+            s.row_count for s in (self.added, self.removed) if s is not None)
 
     def output_schema(self) -> pa.Schema:
         schema = pa.schema([self.schema.field(c) for c in self.columns])
@@ -61,6 +65,8 @@ class VectorChangeSplit:
         parts = [rows_at(self.storage, task, self.file_schemas[task.schema_id], self.schema,
                          names, ref.positions(self.storage, task.path).astype(np.int64))
                  for task, ref in self.gone]
+        if self.removed is not None:
+            parts.append(self.removed.to_arrow().cast(self.schema))
         return pa.concat_tables(parts) if parts else self.schema.empty_table()
 
     def to_arrow(self) -> pa.Table:
