@@ -19,8 +19,10 @@ Literal coercion rules (value -> column type):
   tz-aware column is taken as **UTC**; an aware literal against a naive column is converted to
   UTC and compared as wall-clock time. A literal finer than the column's unit compares the
   column in that finer unit, so ``ts_s > '10:00:00.5'`` is exact;
+- durations: timedelta (pandas.Timedelta for nanoseconds); times of day: time. As with
+  timestamps, a literal finer than the column's unit compares the column in the finer unit;
 - dictionary columns: by their value type; booleans: bool only;
-- anything else (time, duration, ...): whatever ``pyarrow.scalar(value, type)`` accepts.
+- anything else: whatever ``pyarrow.scalar(value, type)`` accepts.
 """
 
 from __future__ import annotations

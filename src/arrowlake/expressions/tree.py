@@ -205,8 +205,12 @@ _SUPPORTED = (
 
 
 def _unsupported(value: Any, why: str = "") -> ValidationError:
+    try:
+        shown = repr(value)
+    except (ValueError, OverflowError):  # a pyarrow scalar whose as_py() fails
+        shown = str(getattr(value, "value", "?"))
     return ValidationError(
-        f"Unsupported literal {value!r} of type {type(value).__name__}"
+        f"Unsupported literal {shown} of type {type(value).__name__}"
         f"{': ' + why if why else ''}; {_SUPPORTED}"
     )
 
