@@ -8,7 +8,6 @@ null, AND/OR are Kleene logic, and a null result filters the row out.
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import reduce
 from typing import Any, TypeAlias
 
 import pyarrow as pa
@@ -43,7 +42,10 @@ COMPARE_KERNELS: dict[str, Callable[..., Any]] = {
 
 
 def _convert(
-    bound: BoundExpr, column: Callable[[BoundColumn], Any], const: Callable[[bool], Any]
+    bound: BoundExpr,
+    column: Callable[[BoundColumn], Any],
+    const: Callable[[bool], Any],
+    expression: bool = False,
 ) -> Any:
     """Apply the kernels of ``bound`` to columns obtained from ``column``; the kernels accept
     expressions and arrays alike, which is what keeps scans and masks in agreement."""
@@ -52,9 +54,9 @@ def _convert(
         if isinstance(node, BoundConst):
             return const(node.value)
         if isinstance(node, BoundAnd):
-            return reduce(pc.and_kleene, (visit(c) for c in node.children))
+            return _junction(pc.and_kleene, [visit(c) for c in node.children], expression)
         if isinstance(node, BoundOr):
-            return reduce(pc.or_kleene, (visit(c) for c in node.children))
+            return _junction(pc.or_kleene, [visit(c) for c in node.children], expression)
         if isinstance(node, BoundCompare):
             result = COMPARE_KERNELS[node.op](column(node.column), node.value)
         elif isinstance(node, BoundColumnCompare):
@@ -85,6 +87,33 @@ def _convert(
     return visit(bound)
 
 
+#: Most operands of one AND/OR that Arrow sees in one flattenable chain (see _junction).
+ARROW_CHAIN_LIMIT = 256
+
+
+def _balanced(combine: Callable[[Any, Any], Any], items: list[Any]) -> Any:
+    """``combine`` over ``items`` as a balanced tree (log2(n) deep, not n)."""
+    while len(items) > 1:
+        paired = [combine(a, b) for a, b in zip(items[::2], items[1::2], strict=False)]
+        items = [*paired, items[-1]] if len(items) % 2 else paired
+    return items[0]
+
+
+def _junction(combine: Callable[[Any, Any], Any], items: list[Any], expression: bool) -> Any:
+    """AND/OR of ``items``. Arrow canonicalizes an expression by flattening nested calls of
+    one associative function into one chain, which it then walks recursively: some thousand
+    operands overflow the C stack (a segfault, not an error). So an expression's operands are
+    combined in groups of ARROW_CHAIN_LIMIT, each behind ``if_else(g, true, false)`` (the
+    identity on booleans, nulls included), which Arrow does not flatten through."""
+    if expression:
+        while len(items) > ARROW_CHAIN_LIMIT:
+            items = [
+                pc.if_else(_balanced(combine, items[i : i + ARROW_CHAIN_LIMIT]), True, False)
+                for i in range(0, len(items), ARROW_CHAIN_LIMIT)
+            ]
+    return _balanced(combine, items)
+
+
 def to_arrow(expr: Expr | str | None, schema: pa.Schema) -> pc.Expression:
     """The filter as a ``pyarrow.compute.Expression`` checked against ``schema``.
 
@@ -106,7 +135,7 @@ def to_arrow(expr: Expr | str | None, schema: pa.Schema) -> pc.Expression:
         ref = pc.field(column.name)
         return ref.cast(column.compare_type, safe=False) if column.needs_cast else ref
 
-    result: pc.Expression = _convert(bound, field, pc.scalar)
+    result: pc.Expression = _convert(bound, field, pc.scalar, expression=True)
     return result
 
 

@@ -19,8 +19,10 @@ Literal coercion rules (value -> column type):
   tz-aware column is taken as **UTC**; an aware literal against a naive column is converted to
   UTC and compared as wall-clock time. A literal finer than the column's unit compares the
   column in that finer unit, so ``ts_s > '10:00:00.5'`` is exact;
+- durations: timedelta (pandas.Timedelta for nanoseconds); times of day: time. As with
+  timestamps, a literal finer than the column's unit compares the column in the finer unit;
 - dictionary columns: by their value type; booleans: bool only;
-- anything else (time, duration, ...): whatever ``pyarrow.scalar(value, type)`` accepts.
+- anything else: whatever ``pyarrow.scalar(value, type)`` accepts.
 """
 
 from __future__ import annotations
@@ -160,17 +162,22 @@ def _bind(expr: Expr, schema: pa.Schema, negated: bool) -> BoundExpr:
         return BoundConst(not negated)
     if isinstance(expr, AlwaysFalse):
         return BoundConst(negated)
-    if isinstance(expr, Not):
-        return _bind(expr.child, schema, not negated)
+    while isinstance(expr, Not):
+        expr, negated = expr.child, not negated
     if isinstance(expr, (And, Or)):
         conjunction = isinstance(expr, And) != negated  # De Morgan
-        children = (_bind(expr.left, schema, negated), _bind(expr.right, schema, negated))
+        # Recursion only as deep as AND/OR alternate (MAX_NESTING), not as long as chains.
+        children = tuple([_bind(child, schema, negated) for child in expr.children])
         return _combine(children, conjunction)
     if isinstance(expr, Comparison):
         left = _field(schema, expr.left)
         if isinstance(expr.right, Column):
             return _bind_column_compare(expr, left, _field(schema, expr.right), negated)
-        scalar = coerce_literal(left.name, expr.right.value, left.type, f"{expr}")
+        try:  # the error message names the filter: formatted only when it is needed
+            scalar = _coerce(expr.right.value, value_type(left.type))
+        except Exception:
+            coerce_literal(left.name, expr.right.value, left.type, f"{expr}")
+            raise
         return BoundCompare(expr.op, _compare_column(left, scalar.type), scalar, negated)
     if isinstance(expr, In):
         return _bind_in(expr, _field(schema, expr.column), negated)
@@ -207,11 +214,66 @@ def _combine(children: tuple[BoundExpr, ...], conjunction: bool) -> BoundExpr:
             flat.extend(child.children)
         else:
             flat.append(child)
+    if len(flat) > 1:
+        flat = _merge_equalities(flat, conjunction)
     if not flat:
         return BoundConst(conjunction)
     if len(flat) == 1:
         return flat[0]
     return kind(tuple(flat))
+
+
+def _merge_equalities(leaves: list[BoundExpr], conjunction: bool) -> list[BoundExpr]:
+    """``x = 1 OR x = 2 OR ...`` as ``x IN (1, 2, ...)``, and ``x != 1 AND x != 2 AND ...`` as
+    ``x NOT IN (...)``: generated filters send thousands of such terms, which would cost a
+    kernel call each per batch and per file's statistics. Under SQL's three-valued logic, with
+    NaN and -0.0 treated as ``IN`` treats them, both forms give the same result everywhere."""
+    groups: dict[BoundColumn, list[int]] = {}
+    for i, leaf in enumerate(leaves):
+        # In an OR: x = v, or NOT (x != v). In an AND: x != v, or NOT (x = v).
+        if (
+            isinstance(leaf, BoundCompare)
+            and leaf.op in ("=", "!=")
+            and ((leaf.op == "=") != leaf.negated) is not conjunction
+        ):
+            groups.setdefault(leaf.column, []).append(i)
+    merged: dict[int, BoundExpr | None] = {}
+    for column, members in groups.items():
+        if len(members) < 2 or not _has_is_in(column.compare_type):
+            continue
+        scalars = [leaves[i].value for i in members]  # type: ignore[union-attr]
+        values = pa.array(scalars, column.compare_type)
+        merged.update(dict.fromkeys(members))
+        merged[members[0]] = _in_of_values(column, values, has_null=False, negated=conjunction)
+    if not merged:
+        return leaves
+    out: list[BoundExpr] = []
+    for i, leaf in enumerate(leaves):
+        if i not in merged:
+            out.append(leaf)
+            continue
+        replacement = merged[i]
+        if isinstance(replacement, BoundConst):
+            if replacement.value != conjunction:
+                return [replacement]
+        elif replacement is not None:
+            out.append(replacement)
+    return out
+
+
+_IS_IN_TYPES: dict[pa.DataType, bool] = {}
+
+
+def _has_is_in(t: pa.DataType) -> bool:
+    known = _IS_IN_TYPES.get(t)
+    if known is None:
+        try:
+            pc.is_in(pa.array([], t), value_set=pa.array([], t))
+            known = True
+        except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
+            known = False
+        _IS_IN_TYPES[t] = known
+    return known
 
 
 def _field(schema: pa.Schema, column: Column) -> pa.Field:
@@ -270,9 +332,17 @@ def _bind_in(expr: In, field: pa.Field, negated: bool) -> BoundExpr:
         return BoundConst(negated and not has_null)
     fast = _native_values(non_null, value_type(field.type))
     if fast is not None:
-        return BoundIn(BoundColumn(field.name, field.type, fast.type), fast, has_null, negated)
-    scalars = [coerce_literal(field.name, v, field.type, f"{expr}") for v in non_null]
+        column = BoundColumn(field.name, field.type, fast.type)
+        return _in_of_values(column, fast, has_null, negated)
     t = value_type(field.type)
+    try:
+        scalars = [_coerce(v, t) for v in non_null]
+    except Exception:
+        # The message spells out the filter; formatting it for every value would cost
+        # quadratic time in a long list, so only the failing value gets it.
+        for v in non_null:
+            coerce_literal(field.name, v, field.type, f"{expr}")
+        raise
     # Literals may have widened differently (1 vs 2.5 on an int column); compare all of them in
     # the widest type any one needed.
     common = t
@@ -281,11 +351,17 @@ def _bind_in(expr: In, field: pa.Field, negated: bool) -> BoundExpr:
             common = s.type if common == t else _wider(common, s.type)
     if pa.types.is_string_view(common):
         common = pa.large_string()  # is_in has no string_view kernel
-    try:
-        values = pa.array([s.cast(common).as_py() for s in scalars], common)
+    try:  # scalars, not as_py() values: those lose nanoseconds without pandas
+        values = pa.array([s.cast(common) for s in scalars], common)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         raise ValidationError(f"Cannot bring the values of {expr} to one type: {exc}") from None
-    column = BoundColumn(field.name, field.type, common)
+    return _in_of_values(BoundColumn(field.name, field.type, common), values, has_null, negated)
+
+
+def _in_of_values(
+    column: BoundColumn, values: pa.Array, has_null: bool, negated: bool
+) -> BoundExpr:
+    common = column.compare_type
     if is_floating(common):
         # IN is a disjunction of =: NaN equals nothing, and -0.0 equals 0.0. is_in hashes
         # values (NaN finds NaN, -0.0 misses 0.0), so the list keeps no NaN and only +0.0,
@@ -299,12 +375,17 @@ def _bind_in(expr: In, field: pa.Field, negated: bool) -> BoundExpr:
 
 
 def _native_values(values: list[Any], t: pa.DataType) -> pa.Array | None:
-    """Long ID lists of plain ints or strs in one conversion instead of a scalar each."""
+    """Long lists of plain ints, strs, float64s or dates in one conversion instead of a
+    scalar each (exact for these types: pyarrow refuses what does not fit)."""
     if pa.types.is_integer(t):
         native = all(type(v) is int for v in values)
     elif pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
         native = all(type(v) is str for v in values)
         t = pa.large_string() if pa.types.is_string_view(t) else t
+    elif t == pa.float64():
+        native = all(type(v) is float for v in values)
+    elif pa.types.is_date(t):
+        native = all(type(v) is _dt.date for v in values)
     else:
         native = False
     if not native:
@@ -409,6 +490,10 @@ def _coerce(value: Any, t: pa.DataType) -> pa.Scalar:
         return pa.scalar(_as_date(value), t)
     if pa.types.is_timestamp(t):
         return _coerce_timestamp(value, t)
+    if pa.types.is_duration(t) and isinstance(value, _dt.timedelta):
+        return _coerce_duration(value, t)
+    if (pa.types.is_time32(t) or pa.types.is_time64(t)) and isinstance(value, _dt.time):
+        return _coerce_time(value, t)
     if pa.types.is_nested(t):
         raise _Mismatch(f"columns of type {t} cannot be compared with a value")
     return pa.scalar(value, t)
@@ -537,3 +622,38 @@ def _coerce_timestamp(value: Any, t: pa.DataType) -> pa.Scalar:
     if t.unit != "ns" and micros.value % divisor == 0:
         return pa.scalar(micros.value // divisor, t)
     return micros  # finer than the column: the column is compared in microseconds
+
+
+_NANOS = {"s": 1_000_000_000, "ms": 1_000_000, "us": 1_000, "ns": 1}
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def _finest_fit(nanos: int, unit: str) -> tuple[int, str]:
+    """``nanos`` in ``unit`` if exact there, else in the coarsest finer unit that holds it
+    (pyarrow would truncate): the column is then cast to that unit for the comparison."""
+    for candidate in ("s", "ms", "us", "ns"):
+        if _NANOS[candidate] <= _NANOS[unit] and nanos % _NANOS[candidate] == 0:
+            return nanos // _NANOS[candidate], candidate
+    raise AssertionError(nanos)  # pragma: no cover - every integer is whole nanoseconds
+
+
+def _coerce_duration(value: _dt.timedelta, t: pa.DataType) -> pa.Scalar:
+    nanos = getattr(value, "value", None)  # pandas.Timedelta
+    if not isinstance(nanos, int):
+        nanos = ((value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds) * 1000
+    count, unit = _finest_fit(nanos, t.unit)
+    if not _INT64[0] <= count <= _INT64[1] and t.unit == "ns" and nanos % 1000 == 0:
+        # Past the ns range (about 292 years): every value of the column is nearer zero, so
+        # comparing the column truncated to microseconds keeps the order.
+        count, unit = nanos // 1000, "us"
+    if not _INT64[0] <= count <= _INT64[1]:
+        raise _Mismatch(f"the duration does not fit a 64-bit count of {unit}")
+    return pa.scalar(count, pa.duration(unit))
+
+
+def _coerce_time(value: _dt.time, t: pa.DataType) -> pa.Scalar:
+    micros = ((value.hour * 60 + value.minute) * 60 + value.second) * 1_000_000
+    count, unit = _finest_fit((micros + value.microsecond) * 1000, t.unit)
+    if unit == t.unit:
+        return pa.scalar(count, t)
+    return pa.scalar(count, pa.time32(unit) if unit in ("s", "ms") else pa.time64(unit))

@@ -23,7 +23,8 @@ Keywords are case-insensitive. A bare boolean column (``active``, ``NOT active``
 from __future__ import annotations
 
 import datetime as _dt
-from collections.abc import Iterable
+import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -46,6 +47,7 @@ from arrowlake.expressions.tree import (
     Not,
     Or,
     StartsWith,
+    require_pandas,
 )
 
 TokenKind = TypingLiteral["name", "quoted", "string", "hex", "number", "op", "punct", "end"]
@@ -167,6 +169,27 @@ def _read_quoted(text: str, start: int, quote: str, what: str) -> tuple[str, int
             return "".join(parts), end + 1
 
 
+class _Group:
+    """A parenthesized group (or the whole filter) being parsed: OR of ANDs of operands."""
+
+    def __init__(self, opened: Token | None, outer_nots: list[Token]) -> None:
+        self.opened = opened  # the '(' token; None for the whole filter
+        self.outer_nots = outer_nots  # NOTs written before the '('
+        self.ors: list[Expr] = []
+        self.ands: list[Expr] = []
+
+    def add(self, operand: Expr) -> None:
+        self.ands.append(operand)
+
+    def close_and(self) -> None:
+        self.ors.append(self.ands[0] if len(self.ands) == 1 else And(*self.ands))
+        self.ands = []
+
+    def finish(self) -> Expr:
+        self.close_and()
+        return self.ors[0] if len(self.ors) == 1 else Or(*self.ors)
+
+
 class _Parser:
     def __init__(self, text: str) -> None:
         self.text = text
@@ -226,30 +249,57 @@ class _Parser:
         return expr
 
     def or_expr(self) -> Expr:
-        expr = self.and_expr()
-        while self.accept_word("OR"):
-            expr = Or(expr, self.and_expr())
-        return expr
+        """``or_expr``, ``and_expr``, ``not_expr`` and parentheses without recursion: one
+        frame per open parenthesis on an explicit stack, and each chain of ANDs or ORs
+        collected into one node, so neither long chains nor deep parentheses reach Python's
+        recursion limit."""
+        stack: list[_Group] = []
+        group = _Group(None, [])
+        while True:
+            # An operand: NOTs, then a parenthesized group or a predicate.
+            nots: list[Token] = []
+            while self.token.is_word("NOT"):
+                nots.append(self.advance())
+            start = self.token
+            if self.accept_punct("("):
+                if self.token.kind == "punct" and self.token.text == ")":
+                    raise self.error("Expected a condition inside the parentheses")
+                stack.append(group)
+                group = _Group(start, nots)
+                continue
+            operand = self.predicate()
+            while True:
+                group.add(self.negate(operand, nots))
+                # After an operand: AND, OR, the end of a group or of the filter.
+                if self.accept_word("AND"):
+                    break
+                if self.accept_word("OR"):
+                    self.nested(group.close_and)
+                    break
+                expr = self.nested(group.finish)
+                if group.opened is None:
+                    return expr
+                self.expect_punct(")", f"to close the '(' opened at position "
+                                       f"{group.opened.position}")
+                operand, nots = expr, group.outer_nots
+                group = stack.pop()
 
-    def and_expr(self) -> Expr:
-        expr = self.not_expr()
-        while self.accept_word("AND"):
-            expr = And(expr, self.not_expr())
-        return expr
+    def nested(self, build: Callable[[], Any]) -> Any:
+        try:
+            return build()
+        except ValidationError as exc:  # nested past MAX_NESTING
+            raise self.error(str(exc)) from None
 
-    def not_expr(self) -> Expr:
-        if self.accept_word("NOT"):
-            return Not(self.not_expr())
-        return self.predicate()
+    def negate(self, expr: Expr, nots: list[Token]) -> Expr:
+        for token in reversed(nots):
+            try:
+                expr = Not(expr)
+            except ValidationError as exc:
+                raise self.error(str(exc), token) from None
+        return expr
 
     def predicate(self) -> Expr:
         start = self.token
-        if self.accept_punct("("):
-            if self.token.kind == "punct" and self.token.text == ")":
-                raise self.error("Expected a condition inside the parentheses")
-            expr = self.or_expr()
-            self.expect_punct(")", f"to close the '(' opened at position {start.position}")
-            return expr
         if start.kind == "end":
             raise self.error("Expected a condition")
         left = self.operand("a condition")
@@ -463,7 +513,7 @@ class _Parser:
             if word == "DATE":
                 return _dt.date.fromisoformat(text)
             if word == "TIMESTAMP":
-                return _dt.datetime.fromisoformat(text)
+                return _timestamp(text)
             if word == "TIME":
                 return _dt.time.fromisoformat(text)
             if word == "DECIMAL":
@@ -477,10 +527,55 @@ class _Parser:
                 unit = self.accept_word("SECOND", "SECONDS")
                 if unit is None:
                     raise self.error("Expected SECOND after the INTERVAL value")
-                return _dt.timedelta(seconds=float(text))
-        except (ValueError, InvalidOperation) as exc:
+                return _interval(text)
+        except (ValueError, InvalidOperation, OverflowError) as exc:
             raise self.error(f"Invalid {word} literal {token.describe()}: {exc}", token) from None
         raise AssertionError(word)  # pragma: no cover - _TYPED_WORDS and the branches agree
+
+
+# The fraction of seconds in an ISO timestamp (the first one: a UTC offset may follow).
+_FRACTION = re.compile(r"(?<=\d)([.,])(\d+)")
+
+
+def _timestamp(text: str) -> _dt.datetime:
+    """An ISO timestamp; up to nine digits of fraction are kept, as a pandas.Timestamp when
+    there are nanoseconds (the standard library holds microseconds)."""
+    match = _FRACTION.search(text)
+    nanos = 0
+    if match and len(match.group(2)) > 6:
+        digits = match.group(2)
+        if len(digits) > 9 and digits[9:].strip("0"):
+            raise ValueError("more precise than nanoseconds")
+        nanos = int(digits[6:9].ljust(3, "0"))
+        text = text[: match.start(2)] + digits[:6] + text[match.end(2):]
+    value = _dt.datetime.fromisoformat(text)
+    if not nanos:
+        return value
+    pd = require_pandas("A TIMESTAMP literal with nanoseconds")
+    # From integer nanoseconds: pandas refuses to hold the microsecond part alone near the
+    # ends of its range (1677 and 2262), where the whole value still fits.
+    epoch = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC if value.tzinfo else None)
+    total = (value - epoch) // _dt.timedelta(microseconds=1) * 1000 + nanos
+    if value.tzinfo is None:
+        naive: _dt.datetime = pd.Timestamp(total, unit="ns")
+        return naive
+    aware: _dt.datetime = pd.Timestamp(total, unit="ns", tz=_dt.UTC).tz_convert(value.tzinfo)
+    return aware
+
+
+def _interval(text: str) -> _dt.timedelta:
+    """Decimal seconds as an exact duration: a timedelta, or a pandas.Timedelta when there are
+    nanoseconds. Text recorded by older versions (float seconds such as ``'1e-09'``) reads the
+    same way; digits past nanoseconds are rounded."""
+    seconds = Decimal(text)
+    if not seconds.is_finite():
+        raise ValueError("not a finite number of seconds")
+    nanos = int((seconds * 1_000_000_000).to_integral_value())
+    if nanos % 1000 == 0:
+        return _dt.timedelta(microseconds=nanos // 1000)
+    pd = require_pandas("An INTERVAL literal with nanoseconds")
+    duration: _dt.timedelta = pd.Timedelta(nanos, unit="ns")
+    return duration
 
 
 _TYPED_WORDS = frozenset({"DATE", "TIMESTAMP", "TIME", "DECIMAL", "DOUBLE", "INTERVAL"})
@@ -502,10 +597,16 @@ def _fold(op: ComparisonOp, left: Any, right: Any) -> bool:
         return False  # NULL compares as unknown, which filters out
     numbers = (int, float, Decimal)
     same_kind = (
-        isinstance(left, numbers)
-        and isinstance(right, numbers)
-        and isinstance(left, bool) == isinstance(right, bool)
-    ) or type(left) is type(right)
+        (
+            isinstance(left, numbers)
+            and isinstance(right, numbers)
+            and isinstance(left, bool) == isinstance(right, bool)
+        )
+        or type(left) is type(right)
+        # a pandas.Timestamp (nanoseconds) and a datetime, or Timedelta and timedelta
+        or all(isinstance(v, _dt.datetime) for v in (left, right))
+        or all(isinstance(v, _dt.timedelta) for v in (left, right))
+    )
     if not same_kind:
         raise TypeError(f"{type(left).__name__} vs {type(right).__name__}")
     if op == "=":
@@ -563,15 +664,24 @@ def and_all(exprs: Iterable[Expr | str | None]) -> Expr:
     >>> print(and_all([col("a") > 1, "b = 2", None]))
     a > 1 AND b = 2
     """
-    result: Expr = AlwaysTrue()
-    for expr in exprs:
-        result = result & to_expression(expr)
-    return result
+    parts: list[Expr] = []
+    for item in exprs:
+        expr = to_expression(item)
+        if isinstance(expr, AlwaysFalse):
+            return expr
+        if not isinstance(expr, AlwaysTrue):
+            parts.append(expr)
+    # One node for the lot (``a & b & ...`` would copy the growing operand list each time).
+    return parts[0] if len(parts) == 1 else And(*parts) if parts else AlwaysTrue()
 
 
 def or_any(exprs: Iterable[Expr | str]) -> Expr:
     """Any of the filters; an empty iterable is :class:`AlwaysFalse`."""
-    result: Expr = AlwaysFalse()
-    for expr in exprs:
-        result = result | to_expression(expr)
-    return result
+    parts: list[Expr] = []
+    for item in exprs:
+        expr = to_expression(item)
+        if isinstance(expr, AlwaysTrue):
+            return expr
+        if not isinstance(expr, AlwaysFalse):
+            parts.append(expr)
+    return parts[0] if len(parts) == 1 else Or(*parts) if parts else AlwaysFalse()

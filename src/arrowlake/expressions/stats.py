@@ -107,9 +107,19 @@ class _FileStats:
             raise ValidationError(f"Statistics must be a pyarrow Table, got {type(stats).__name__}")
         self.table = stats
         self.n = stats.num_rows
+        # Long filters read the same statistics columns once per leaf: read each once.
+        self._columns: dict[tuple[str, pa.DataType], pa.Array] = {}
+        self._derived: dict[tuple[str, str, bool], _Answer] = {}
         self.row_count = self._raw("row_count", pa.int64())
 
     def _raw(self, name: str, t: pa.DataType) -> pa.Array:
+        key = (name, t)
+        values = self._columns.get(key)
+        if values is None:
+            values = self._columns[key] = self._read(name, t)
+        return values
+
+    def _read(self, name: str, t: pa.DataType) -> pa.Array:
         if name not in self.table.column_names:
             return pa.nulls(self.n, t)
         chunked = self.table.column(name)
@@ -131,17 +141,28 @@ class _FileStats:
 
     def nan_counts(self, column: BoundColumn) -> tuple[pa.BooleanArray, pa.BooleanArray]:
         """(the file may hold NaN, the file certainly holds no NaN) of a float column."""
-        if not is_floating(value_type(column.type)):
-            return _full(self.n, False), _full(self.n, True)
-        nans = self._raw(f"nans.{column.name}", pa.int64())
-        return _known(pc.greater(nans, 0), self.n, True), _known(pc.equal(nans, 0), self.n, False)
+        key = ("nans", column.name, is_floating(value_type(column.type)))
+        answer = self._derived.get(key)
+        if answer is None:
+            if not key[2]:
+                answer = _full(self.n, False), _full(self.n, True)
+            else:
+                nans = self._raw(f"nans.{column.name}", pa.int64())
+                answer = (_known(pc.greater(nans, 0), self.n, True),
+                          _known(pc.equal(nans, 0), self.n, False))
+            self._derived[key] = answer
+        return answer
 
     def null_counts(self, column: BoundColumn) -> tuple[pa.BooleanArray, pa.BooleanArray]:
         """(the file may have a non-null value, the file certainly has no null)."""
-        nulls = self._raw(f"nulls.{column.name}", pa.int64())
-        some_values = _known(pc.less(nulls, self.row_count), self.n, True)
-        no_nulls = _known(pc.equal(nulls, 0), self.n, False)
-        return some_values, no_nulls
+        key = ("nulls", column.name, True)
+        answer = self._derived.get(key)
+        if answer is None:
+            nulls = self._raw(f"nulls.{column.name}", pa.int64())
+            some_values = _known(pc.less(nulls, self.row_count), self.n, True)
+            no_nulls = _known(pc.equal(nulls, 0), self.n, False)
+            answer = self._derived[key] = some_values, no_nulls
+        return answer
 
     # -- the visitor --------------------------------------------------------------------------
 

@@ -21,7 +21,7 @@ from decimal import Decimal
 from typing import Any, ClassVar
 from typing import Literal as TypingLiteral
 
-from arrowlake.errors import ValidationError
+from arrowlake.errors import ValidationError, require
 
 ComparisonOp = TypingLiteral["=", "!=", "<", "<=", ">", ">="]
 
@@ -61,7 +61,9 @@ def _structural_key(value: Any) -> Any:
     if isinstance(value, _Node):
         return value._key()
     if isinstance(value, tuple):
-        return tuple(_structural_key(v) for v in value)
+        return tuple([_structural_key(v) for v in value])
+    if isinstance(value, float) and value != value:
+        return ("float", "nan")  # NaN is one literal, though it equals nothing
     # The type is part of the key so that TRUE and 1, or 1 and 1.0, are different literals.
     return (type(value).__name__, value)
 
@@ -72,10 +74,16 @@ class _Node:
     __slots__ = ()
 
     def _key(self) -> tuple[Any, ...]:
-        return (
-            type(self).__name__,
-            *(_structural_key(getattr(self, f.name)) for f in fields(self)),  # type: ignore[arg-type]
-        )
+        # Computed once per node (nodes are immutable): comparing and hashing long filters
+        # costs one pass, and the recursion is only as deep as the nesting (see MAX_NESTING).
+        cached: tuple[Any, ...] | None = getattr(self, "_cached_key", None)
+        if cached is None:
+            cached = (
+                type(self).__name__,
+                *[_structural_key(getattr(self, f.name)) for f in fields(self)],  # type: ignore[arg-type]
+            )
+            object.__setattr__(self, "_cached_key", cached)
+        return cached
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, _Node):
@@ -89,6 +97,11 @@ class _Node:
 
     def __hash__(self) -> int:
         return hash(self._key())
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("_cached_key", None)  # rebuilt on demand; it doubles a long IN's size
+        return state
 
 
 # ---------------------------------------------------------------------------------------------
@@ -178,37 +191,159 @@ class Column(_Node):
         return format_identifier(self.name)
 
 
-_LITERAL_TYPES = (
-    bool,
-    int,
-    float,
-    str,
-    bytes,
-    Decimal,
-    _dt.date,
-    _dt.datetime,
-    _dt.time,
-    _dt.timedelta,
+# Literal values are kept as exactly these types (subclasses such as numpy.float64 or
+# pandas.Timestamp are converted), so that a literal prints as text that parses back into the
+# same value of the same type. Nanosecond values, which the standard library cannot hold, are
+# the exception: they stay pandas.Timestamp / pandas.Timedelta (see _normalize_value).
+_LITERAL_TYPES = frozenset(
+    {bool, int, float, str, bytes, Decimal, _dt.date, _dt.datetime, _dt.time, _dt.timedelta}
 )
+_SUPPORTED = (
+    "use None, bool, int, float, str, bytes, Decimal, date, datetime, time or timedelta "
+    "(pandas, numpy and pyarrow scalars of these kinds are converted)"
+)
+
+
+def _unsupported(value: Any, why: str = "") -> ValidationError:
+    try:
+        shown = repr(value)
+    except (ValueError, OverflowError):  # a pyarrow scalar whose as_py() fails
+        shown = str(getattr(value, "value", "?"))
+    return ValidationError(
+        f"Unsupported literal {shown} of type {type(value).__name__}"
+        f"{': ' + why if why else ''}; {_SUPPORTED}"
+    )
+
+
+def _fixed_offset(tz: _dt.tzinfo | None, offset: _dt.timedelta | None) -> _dt.tzinfo | None:
+    # A zone such as Europe/Paris becomes its offset at that instant: the same instant, and
+    # the text form (which holds the offset) parses back into an equal value. An aware
+    # datetime in a zone compares unequal to itself in another zone during a DST fold.
+    if tz is None or offset is None or tz is _dt.UTC:
+        return tz
+    return _dt.UTC if not offset else _dt.timezone(offset)
 
 
 def _normalize_value(value: Any) -> Any:
     """The plain Python value of a literal, or a ValidationError for unsupported types."""
-    if value is None or isinstance(value, _LITERAL_TYPES):
+    kind = type(value)
+    if value is None or kind in _LITERAL_TYPES:
+        if kind is _dt.datetime and value.tzinfo is not None:
+            tz = _fixed_offset(value.tzinfo, value.utcoffset())
+            return value if tz is value.tzinfo else value.replace(tzinfo=tz)
+        if kind is _dt.time and value.tzinfo is not None:
+            return _normalize_time(value)
+        if kind is Decimal and not value.is_finite():
+            raise _unsupported(value, "a decimal literal must be finite (use float('nan'))")
         return value
     if isinstance(value, Literal):
         return value.value
-    # pyarrow scalars and numpy scalars: both know their Python value. Imported lazily so that
-    # this module stays importable without touching numpy.
-    as_py = getattr(value, "as_py", None)
-    if callable(as_py):
-        return _normalize_value(as_py())
-    if type(value).__module__ == "numpy" and callable(getattr(value, "item", None)):
-        return _normalize_value(value.item())
-    raise ValidationError(
-        f"Unsupported literal {value!r} of type {type(value).__name__}: use None, bool, int, "
-        "float, str, bytes, Decimal, date, datetime, time or timedelta"
-    )
+    if isinstance(value, _dt.datetime):  # pandas.Timestamp, pandas.NaT, other subclasses
+        return _normalize_datetime(value)
+    if isinstance(value, _dt.timedelta):  # pandas.Timedelta
+        return _normalize_timedelta(value)
+    if isinstance(value, _dt.date):
+        return _dt.date(value.year, value.month, value.day)
+    if isinstance(value, _dt.time):
+        return _normalize_value(_dt.time(value.hour, value.minute, value.second,
+                                          value.microsecond, value.tzinfo, fold=value.fold))
+    if isinstance(value, bool):
+        return bool(value)
+    base: Any
+    for base in (int, float, str, bytes, Decimal):  # numpy.float64, numpy.str_, IntEnum, ...
+        if isinstance(value, base):
+            return _normalize_value(base(value))
+    module = kind.__module__.split(".")[0]
+    if module == "pyarrow" and callable(getattr(value, "as_py", None)):
+        return _normalize_arrow_scalar(value)
+    if module == "numpy" and callable(getattr(value, "item", None)):
+        return _normalize_numpy_scalar(value)
+    raise _unsupported(value)
+
+
+def _normalize_datetime(value: _dt.datetime) -> Any:
+    if value != value:  # pandas.NaT: a missing value
+        return None
+    tz = _fixed_offset(value.tzinfo, value.utcoffset())
+    if getattr(value, "nanosecond", 0):  # pandas.Timestamp with nanoseconds: kept as it is
+        return value if tz is value.tzinfo else value.astimezone(tz)
+    return _dt.datetime(value.year, value.month, value.day, value.hour, value.minute,
+                        value.second, value.microsecond, tz, fold=value.fold)
+
+
+def _normalize_timedelta(value: _dt.timedelta) -> Any:
+    if value != value:
+        return None
+    if getattr(value, "nanoseconds", 0):  # pandas.Timedelta with nanoseconds
+        return value
+    return _dt.timedelta(value.days, value.seconds, value.microseconds)
+
+
+def _normalize_time(value: _dt.time) -> _dt.time:
+    offset = value.utcoffset()
+    if offset is None:
+        raise _unsupported(value, "its time zone gives no UTC offset for a time of day alone")
+    tz = _fixed_offset(value.tzinfo, offset)
+    return value if tz is value.tzinfo else value.replace(tzinfo=tz)
+
+
+def _normalize_arrow_scalar(value: Any) -> Any:
+    """A pyarrow scalar's value, refusing what ``as_py()`` would get wrong: nanosecond times
+    (silently truncated to microseconds)."""
+    t = value.type
+    if getattr(t, "unit", None) == "ns" and value.is_valid and value.value % 1000 == 0:
+        # Whole microseconds: a plain datetime/timedelta/time, with or without pandas.
+        import pyarrow as pa  # the value is a pyarrow scalar: pyarrow is loaded
+
+        if pa.types.is_timestamp(t):
+            value = value.cast(pa.timestamp("us", t.tz))
+        elif pa.types.is_duration(t):
+            value = value.cast(pa.duration("us"))
+        elif pa.types.is_time64(t):
+            value = value.cast(pa.time64("us"))
+    elif str(t) == "time64[ns]" and value.is_valid:
+        raise _unsupported(value, "a time-of-day literal holds microseconds at most")
+    try:
+        return _normalize_value(value.as_py())
+    except (ValueError, OverflowError, TypeError) as exc:  # e.g. ns values without pandas
+        raise _unsupported(value, str(exc).splitlines()[0] if str(exc) else "") from None
+
+
+def _normalize_numpy_scalar(value: Any) -> Any:
+    """A numpy scalar's value. ``item()`` turns datetime64/timedelta64 values it cannot hold in
+    the standard library (nanoseconds, years past 9999, months) into plain ints, which would
+    compare as numbers; those are converted exactly here or refused."""
+    import numpy as np  # a dependency of arrowlake; imported only when numpy values appear
+
+    if isinstance(value, (np.datetime64, np.timedelta64)):
+        if np.isnat(value):
+            return None
+        is_time = isinstance(value, np.datetime64)
+        unit = np.datetime_data(value.dtype)[0]
+        if unit in ("Y", "M") and not is_time:
+            raise _unsupported(value, "months and years have no fixed length")
+        if unit in ("Y", "M", "W", "D") and is_time:
+            item = value.item()
+            if not isinstance(item, _dt.date):
+                raise _unsupported(value, "outside the years 1 to 9999")
+            return item
+        micros = value.astype(f"{value.dtype.kind}8[us]")
+        if micros == value:
+            item = micros.item()
+            if isinstance(item, int):
+                raise _unsupported(value, "outside the range a datetime/timedelta can hold")
+            return _normalize_value(item)
+        nanos = value.astype(f"{value.dtype.kind}8[ns]")
+        if nanos != value:
+            raise _unsupported(value, "finer than nanoseconds")
+        pd = require_pandas("A nanosecond literal")
+        return _normalize_value(pd.Timestamp(nanos) if is_time else pd.Timedelta(nanos))
+    return _normalize_value(value.item())
+
+
+def require_pandas(what: str) -> Any:
+    """pandas, which holds nanosecond timestamps and durations, or MissingDependency."""
+    return require("pandas", "pandas", what)
 
 
 def _normalize_values(values: Iterable[Any]) -> tuple[Any, ...]:
@@ -218,9 +353,13 @@ def _normalize_values(values: Iterable[Any]) -> tuple[Any, ...]:
             f"use isin([{values!r}])"
         )
     to_pylist = getattr(values, "to_pylist", None)  # pyarrow arrays
-    if callable(to_pylist):
-        values = to_pylist()
-    return tuple(_normalize_value(v) for v in values)
+    if callable(to_pylist) and "[ns" not in str(getattr(values, "type", "")):
+        values = to_pylist()  # nanosecond types go value by value, checked
+    plain = _PLAIN_TYPES  # long ID lists: no call per value
+    return tuple([v if type(v) in plain else _normalize_value(v) for v in values])
+
+
+_PLAIN_TYPES = frozenset({type(None), bool, int, float, str, bytes, _dt.date, _dt.timedelta})
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -357,21 +496,88 @@ class AlwaysFalse(Expr):
     """Matches no row."""
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class And(Expr):
-    left: Expr
-    right: Expr
+#: How deeply AND, OR and NOT may nest in one filter. Chains of one kind do not nest (``a OR b
+#: OR c ...`` is one node with many children, however long), so this limits only alternations
+#: such as ``a AND (b OR (c AND ...))`` and stacked NOTs. Every visitor recurses at most this
+#: deep, and so do pickle, Spark and Arrow, which have no other bound.
+MAX_NESTING = 100
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class Or(Expr):
-    left: Expr
-    right: Expr
+def _depth(node: Expr) -> int:
+    depth: int = getattr(node, "_depth", 1)  # leaves are 1
+    return depth
+
+
+class _Junction(Expr):
+    """An n-ary AND or OR. Operands of the same kind are absorbed: ``And(And(a, b), c)`` is
+    ``And(a, b, c)``, which is what keeps long chains flat for every visitor."""
+
+    __slots__ = ()
+    children: tuple[Expr, ...]
+
+    def __init__(self, *operands: Expr) -> None:
+        flat: list[Expr] = []
+        depth = 0
+        kind = type(self)
+        for operand in operands:
+            if not isinstance(operand, Expr):
+                raise TypeError(f"{kind.__name__}() takes filters, got {operand!r}")
+            if type(operand) is kind:
+                flat.extend(operand.children)
+                depth = max(depth, _depth(operand) - 1)
+            else:
+                flat.append(operand)
+                depth = max(depth, _depth(operand))
+        if len(flat) < 2:
+            raise TypeError(f"{kind.__name__}() needs at least two operands, got {len(flat)}")
+        _check_depth(depth + 1)
+        object.__setattr__(self, "children", tuple(flat))
+        object.__setattr__(self, "_depth", depth + 1)
+
+    # The binary view of older code: ``left`` is all but the last operand.
+    @property
+    def left(self) -> Expr:
+        rest = self.children[:-1]
+        return rest[0] if len(rest) == 1 else type(self)(*rest)
+
+    @property
+    def right(self) -> Expr:
+        return self.children[-1]
+
+
+def _check_depth(depth: int) -> None:
+    if depth > MAX_NESTING:
+        raise ValidationError(
+            f"The filter nests AND, OR and NOT more than {MAX_NESTING} levels deep; write it "
+            "flatter: a chain of one kind does not nest (a OR b OR c ...), nor does a list of "
+            "values (x IN (1, 2, 3)), and NOT can be folded into its operand (x != 1)"
+        )
+
+
+@dataclass(frozen=True, eq=False, repr=False, init=False)
+class And(_Junction):
+    """All operands hold: ``And(a, b, c)`` is ``a AND b AND c``."""
+
+    children: tuple[Expr, ...]
+
+
+@dataclass(frozen=True, eq=False, repr=False, init=False)
+class Or(_Junction):
+    """Some operand holds: ``Or(a, b, c)`` is ``a OR b OR c``."""
+
+    children: tuple[Expr, ...]
 
 
 @dataclass(frozen=True, eq=False, repr=False)
 class Not(Expr):
     child: Expr
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.child, Expr):
+            raise TypeError(f"Not() takes a filter, got {self.child!r}")
+        depth = _depth(self.child) + 1
+        _check_depth(depth)
+        object.__setattr__(self, "_depth", depth)
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -428,6 +634,20 @@ class StartsWith(Expr):
 # Functions over trees
 
 
+def _operands(node: Any) -> list[Any]:
+    """The nodes directly below ``node`` (children of AND/OR, NOT's child, a predicate's
+    column and literal)."""
+    if isinstance(node, _Junction):
+        return list(node.children)
+    if isinstance(node, Comparison):
+        return [node.left, node.right]
+    if isinstance(node, (In, IsNull, IsNotNull, StartsWith)):
+        return [node.column]
+    if isinstance(node, _Node):
+        return [v for f in fields(node) if isinstance(v := getattr(node, f.name), _Node)]  # type: ignore[arg-type]
+    return []
+
+
 def referenced_columns(expr: Expr) -> set[str]:
     """Names of all columns a filter reads.
 
@@ -440,8 +660,8 @@ def referenced_columns(expr: Expr) -> set[str]:
         node = stack.pop()
         if isinstance(node, Column):
             names.add(node.name)
-        elif isinstance(node, _Node):
-            stack.extend(getattr(node, f.name) for f in fields(node))  # type: ignore[arg-type]
+        else:
+            stack.extend(_operands(node))
     return names
 
 
@@ -455,6 +675,8 @@ def rename_columns(expr: Expr, mapping: Mapping[str, str]) -> Expr:
     def rename(node: Any) -> Any:
         if isinstance(node, Column):
             return Column(mapping.get(node.name, node.name))
+        if isinstance(node, _Junction):  # recursion only as deep as the nesting
+            return type(node)(*[rename(child) for child in node.children])
         if isinstance(node, (Expr, Literal)) and not isinstance(node, (AlwaysTrue, AlwaysFalse)):
             changes = {f.name: rename(getattr(node, f.name)) for f in fields(node)}  # type: ignore[arg-type]
             return type(node)(**changes)
@@ -472,16 +694,9 @@ def conjuncts(expr: Expr) -> list[Expr]:
     """
     if isinstance(expr, AlwaysTrue):
         return []
-    out: list[Expr] = []
-    stack: list[Expr] = [expr]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, And):
-            stack.append(node.right)
-            stack.append(node.left)
-        else:
-            out.append(node)
-    return out
+    if isinstance(expr, And):
+        return list(expr.children)
+    return [expr]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -526,8 +741,22 @@ def format_value(value: Any) -> str:
     if isinstance(value, _dt.time):
         return f"TIME {_quote(value.isoformat())}"
     if isinstance(value, _dt.timedelta):
-        return f"INTERVAL {_quote(str(value.total_seconds()))} SECOND"
+        return f"INTERVAL {_quote(format_seconds(value))} SECOND"
     return repr(value)  # unreachable for normalized literals
+
+
+def format_seconds(value: _dt.timedelta) -> str:
+    """A duration as exact decimal seconds (``'-90.000001'``, ``'0.000000001'``); floats
+    (``total_seconds()``) lose microseconds past 2**33 seconds."""
+    nanos = getattr(value, "value", None)  # pandas.Timedelta: its integer nanoseconds
+    if isinstance(nanos, int):
+        total, digits = nanos, 9
+    else:
+        total = (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds
+        digits = 6
+    whole, fraction = divmod(abs(total), 10**digits)
+    sign = "-" if total < 0 else ""
+    return f"{sign}{whole}" + (f".{fraction:0{digits}d}".rstrip("0") if fraction else "")
 
 
 def _format_like_prefix(prefix: str) -> str:
@@ -551,11 +780,11 @@ def format_filter(expr: Expr) -> str:
             return "TRUE"
         if isinstance(node, AlwaysFalse):
             return "FALSE"
-        if isinstance(node, (And, Or)):
-            word, precedence = ("AND", 2) if isinstance(node, And) else ("OR", 1)
-            # Parsing is left-associative: a right child of the same kind needs parentheses
-            # for the printed text to parse back into the same tree.
-            return f"{fmt(node.left, precedence)} {word} {fmt(node.right, precedence + 1)}"
+        if isinstance(node, _Junction):
+            word, precedence = (" AND ", 2) if isinstance(node, And) else (" OR ", 1)
+            # Operands are never of the node's own kind (they are absorbed), so parentheses
+            # appear exactly where an OR sits inside an AND; recursion is as deep as nesting.
+            return word.join([fmt(child, precedence) for child in node.children])
         if isinstance(node, Not):
             child = node.child
             if isinstance(child, In) and child.values:

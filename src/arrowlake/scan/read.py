@@ -403,10 +403,10 @@ def _float_range(expr: Expr) -> Expr | None:
                        Comparison("<=", expr.left, expr.right))
         return None
     if isinstance(expr, Or):
-        left, right = _float_range(expr.left), _float_range(expr.right)
-        return None if left is None or right is None else Or(left, right)
+        ranges = [_float_range(child) for child in expr.children]
+        return None if any(r is None for r in ranges) else Or(*ranges)  # type: ignore[arg-type]
     if isinstance(expr, And):
-        parts = [p for p in (_float_range(expr.left), _float_range(expr.right)) if p is not None]
+        parts = [p for p in (_float_range(child) for child in expr.children) if p is not None]
         return and_all(parts) if parts else None
     return None
 

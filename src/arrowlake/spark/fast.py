@@ -259,10 +259,24 @@ def spark_filter(expr: Expr) -> SparkColumn:
         return F.lit(True)
     if isinstance(expr, AlwaysFalse):
         return F.lit(False)
-    if isinstance(expr, And):
-        return spark_filter(expr.left) & spark_filter(expr.right)
-    if isinstance(expr, Or):
-        return spark_filter(expr.left) | spark_filter(expr.right)
+    if isinstance(expr, (And, Or)):  # n-ary: recursion only as deep as AND/OR nest
+        # Generated filters OR thousands of equalities: one isin per column instead of a
+        # Column (several JVM calls) per term. Spark's IN is its OR of =, NaN and all.
+        same: dict[str, list[Any]] = {}
+        rest: list[Expr] = []
+        for child in expr.children:
+            if (isinstance(expr, Or) and isinstance(child, Comparison) and child.op == "="
+                    and not isinstance(child.right, Column)):
+                same.setdefault(child.left.name, []).append(child.right.value)
+            else:
+                rest.append(child)
+        parts = [F.col(_quote(name)).isin(values) for name, values in same.items()]
+        parts += [spark_filter(child) for child in rest]
+        while len(parts) > 1:  # a balanced tree: Catalyst walks expressions recursively
+            pairs = [(a & b) if isinstance(expr, And) else (a | b)
+                     for a, b in zip(parts[::2], parts[1::2], strict=False)]
+            parts = [*pairs, parts[-1]] if len(parts) % 2 else pairs
+        return parts[0]
     if isinstance(expr, Not):
         return ~spark_filter(expr.child)
     if isinstance(expr, Comparison):
