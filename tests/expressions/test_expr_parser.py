@@ -15,6 +15,7 @@ from arrowlake.expressions import (
     parse_filter,
     to_expression,
 )
+from tests.expressions.strategies import boolean_trees
 
 
 @pytest.mark.parametrize(
@@ -211,15 +212,7 @@ def leaves() -> st.SearchStrategy[Expr]:
     )
 
 
-filters = st.recursive(
-    leaves(),
-    lambda inner: st.one_of(
-        st.builds(lambda a, b: a & b, inner, inner),
-        st.builds(lambda a, b: a | b, inner, inner),
-        st.builds(lambda a: ~a, inner),
-    ),
-    max_leaves=8,
-)
+filters = boolean_trees(leaves())
 
 
 @settings(max_examples=300, deadline=None)

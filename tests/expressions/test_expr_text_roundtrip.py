@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from arrowlake.errors import ValidationError
 from arrowlake.expressions import Expr, col, evaluate, lit, parse_filter
+from tests.expressions.strategies import boolean_trees
 
 PARIS = zoneinfo.ZoneInfo("Europe/Paris")
 INT64 = (-(2**63) + 1, 2**63 - 1)  # pandas keeps -2**63 for NaT
@@ -133,15 +134,7 @@ def leaves() -> st.SearchStrategy[Expr]:
     )
 
 
-filters = st.recursive(
-    leaves(),
-    lambda inner: st.one_of(
-        st.builds(lambda a, b: a & b, inner, inner),
-        st.builds(lambda a, b: a | b, inner, inner),
-        st.builds(lambda a: ~a, inner),
-    ),
-    max_leaves=8,
-)
+filters = boolean_trees(leaves())
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])

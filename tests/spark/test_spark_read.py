@@ -130,8 +130,8 @@ QUERIES = [
 ]
 
 
-@pytest.mark.parametrize("table_kind", ["append", "pk"])
-def test_pushdown_returns_the_same_rows_as_no_pushdown(spark, lake_path, table_kind):
+def _orders_table(lake_path, table_kind: str) -> al.Table:
+    """shop.orders, a primary-key or an append table, with 3,000 orders in it."""
     lake = al.connect(lake_path)
     if table_kind == "pk":
         t = lake.create_table("shop.orders", ORDERS, primary_key=["order_id", "day"],
@@ -139,6 +139,12 @@ def test_pushdown_returns_the_same_rows_as_no_pushdown(spark, lake_path, table_k
     else:
         t = lake.create_table("shop.orders", ORDERS, partition_by=["day"])
     t.append(orders(0, 3000))
+    return t
+
+
+@pytest.mark.parametrize("table_kind", ["append", "pk"])
+def test_pushdown_returns_the_same_rows_as_no_pushdown(spark, lake_path, table_kind):
+    t = _orders_table(lake_path, table_kind)
     t.append(orders(2000, 2000))
     # What Spark itself selects from the same rows.
     plain = spark.createDataFrame(t.to_arrow().to_pandas(), "order_id long, day string, "
@@ -162,13 +168,7 @@ def test_pushdown_returns_the_same_rows_as_no_pushdown(spark, lake_path, table_k
 
 @pytest.mark.parametrize("table_kind", ["append", "pk"])
 def test_the_filter_option_prunes_and_holds_for_every_scan(spark, lake_path, table_kind):
-    lake = al.connect(lake_path)
-    if table_kind == "pk":
-        t = lake.create_table("shop.orders", ORDERS, primary_key=["order_id", "day"],
-                              partition_by=["day"], buckets=4)
-    else:
-        t = lake.create_table("shop.orders", ORDERS, partition_by=["day"])
-    t.append(orders(0, 3000))
+    t = _orders_table(lake_path, table_kind)
     full = read(spark, lake_path, "shop.orders", splitSize="1")
     by_day = read(spark, lake_path, "shop.orders", splitSize="1", filter="day = '2026-11-02'")
     assert by_day.rdd.getNumPartitions() < full.rdd.getNumPartitions()
