@@ -9,6 +9,13 @@ and then reads
   buckets that need no merge (one run, or runs of disjoint keys holding only additions), one
   read per schema version, columns picked by field id and renamed to the current names
   (renamed columns read under their old names, added ones as nulls, widened ones cast);
+- with ``spark.read.parquet`` too, files with a deletion vector (merge-on-write primary-key
+  tables): Spark reads each row's position in its file (``_metadata.row_index``) and the
+  file's size (``_metadata.file_size``, which tells the files of one read apart: files of
+  equal size go to different reads), and the rows whose ``file_size * stride + row_index``
+  is among the deleted ones are dropped: by a ``NOT IN`` list for a few deleted rows, else by
+  a left anti-join against a broadcast DataFrame of those keys, built on the driver from the
+  vectors and shipped as a few rows of long arrays;
 - through the ``arrowlake`` data source: buckets whose runs must be merged, files on storage
   Spark cannot reach (object stores without Hadoop's S3A on Spark's classpath), and files
   holding types Spark's reader does not take (nanosecond timestamps, times, durations, float16,
@@ -29,6 +36,7 @@ from datetime import datetime
 from functools import reduce
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql import Column as SparkColumn
 from pyspark.sql import DataFrame, SparkSession
@@ -51,6 +59,7 @@ from arrowlake.expressions import (
     StartsWith,
     referenced_columns,
 )
+from arrowlake.io.deletion_vectors import VectorRef
 from arrowlake.io.storage import LocalStorage, Storage
 from arrowlake.lake import Lake
 from arrowlake.scan.read import bucket_groups, needs_merge
@@ -70,13 +79,47 @@ from arrowlake.spark.types import spark_type
 
 log = logging.getLogger("arrowlake.spark")
 
+#: Up to this many deleted rows in a read are dropped by a ``NOT IN`` list in the query; more
+#: by an anti-join (a broadcast costs a Spark job, a long list costs parsing and planning).
+INLINE_DELETES = 4096
+#: Up to this many deleted rows in a read are broadcast to the anti-join; more are joined by
+#: Spark's choice (a shuffle), which keeps the driver's and each executor's memory bounded.
+BROADCAST_DELETES = 16_000_000
+#: Deleted positions go to Spark as rows holding arrays of this many (one row per position
+#: costs the JVM several times as much to take in).
+_KEYS_PER_ROW = 65_536
+
+
+@dataclass(frozen=True)
+class DeletedRows:
+    """The deletion vectors of a :class:`ParquetGroup`'s files: the rows whose key
+    ``_metadata.file_size * stride + _metadata.row_index`` is a deleted position are dropped.
+    The files of a group have distinct sizes, and ``stride`` is above every file's row count
+    (a group of one file has stride 0: its positions are the keys)."""
+
+    storage: Storage
+    files: tuple[tuple[str, int, VectorRef], ...]  # (path, file size, vector), as the paths
+    stride: int
+
+    @property
+    def count(self) -> int:
+        return sum(v.cardinality for _, _, v in self.files)
+
+    def keys(self) -> np.ndarray:
+        """The deleted rows' keys (int64), read from the vectors."""
+        return np.concatenate([
+            v.positions(self.storage, path).astype(np.int64) + np.int64(size * self.stride)
+            for path, size, v in self.files])
+
+
 @dataclass(frozen=True)
 class ParquetGroup:
     """Files of one schema version that Spark's Parquet reader reads."""
 
     paths: tuple[str, ...]  # as Spark names them (file:///..., s3a://...)
     file_schema: pa.Schema
-    rows: int
+    rows: int  # live rows (deleted rows not counted)
+    deletes: DeletedRows | None = None  # the files' deletion vectors, if they have any
 
 
 @dataclass
@@ -93,9 +136,13 @@ class FastReadPlan:
     def describe(self) -> str:
         pq_files = sum(len(g.paths) for g in self.parquet)
         src_files = sum(len(s.files) for s in self.source)
+        vectors = [g.deletes for g in self.parquet if g.deletes is not None]
+        dropped = (f" ({sum(len(d.files) for d in vectors)} with deletion vectors: "
+                   f"{sum(d.count for d in vectors)} deleted rows dropped by position)"
+                   if vectors else "")
         text = (f"{pq_files} files ({sum(g.rows for g in self.parquet)} rows) through Spark's "
-                f"Parquet reader, {src_files} files in {len(self.source)} splits through the "
-                "arrowlake data source")
+                f"Parquet reader{dropped}, {src_files} files in {len(self.source)} splits "
+                "through the arrowlake data source")
         return text + (f" ({'; '.join(self.reasons)})" if self.reasons else "")
 
     def to_dataframe(self, spark: SparkSession) -> DataFrame:
@@ -191,15 +238,11 @@ def plan_read(spark: SparkSession | None, lake: Lake | str, table: str, *,
     scan = table_scan(lake.table(table), ReadOptions(snapshot, as_of, tag), filter, columns)
     plan = FastReadPlan(scan.schema, scan.view.schema, scan.expr)
     reasons: set[str] = set()
-    by_schema: dict[int, tuple[Split, list[FileTask]]] = {}
+    by_schema: dict[tuple[int, bool], tuple[Split, list[FileTask]]] = {}
     cores = spark.sparkContext.defaultParallelism if spark is not None else 1
     for split in plan_splits(scan, None, cores):
-        direct: list[FileTask] = []
-        if split.merge is None:
-            direct = [f for f in split.files if f.deletes is None or not f.deletes.cardinality]
-            if len(direct) < len(split.files):
-                reasons.add("files with deleted rows (deletion vectors)")
-        else:
+        direct: list[FileTask] = list(split.files)
+        if split.merge is not None:
             direct = [f for g in bucket_groups(split.files) if not needs_merge(g) for f in g]
             if len(direct) < len(split.files):
                 reasons.add("buckets whose runs must be merged")
@@ -214,17 +257,68 @@ def plan_read(spark: SparkSession | None, lake: Lake | str, table: str, *,
             else:
                 readable.append(f)
         for f in readable:
-            by_schema.setdefault(f.schema_id, (split, []))[1].append(f)
+            vector = f.deletes is not None and f.deletes.cardinality > 0
+            by_schema.setdefault((f.schema_id, vector), (split, []))[1].append(f)
         taken = set(readable)
         rest = [f for f in split.files if f not in taken]
         if rest:
             plan.source.append(replace(split, files=tuple(rest)))
-    for _, (split, files) in sorted(by_schema.items()):
-        paths = tuple(p for f in files if (p := _spark_path(split.storage, f.path, spark)))
-        plan.parquet.append(ParquetGroup(paths, split.file_schemas[files[0].schema_id],
-                                         sum(f.row_count for f in files)))
+    for (schema_id, vector), (split, files) in sorted(by_schema.items()):
+        file_schema = split.file_schemas[schema_id]
+        for part in _key_groups(files) if vector else [files]:
+            paths = tuple(p for f in part if (p := _spark_path(split.storage, f.path, spark)))
+            deletes = None
+            if vector:
+                stride = max(f.row_count for f in part) if len(part) > 1 else 0
+                deletes = DeletedRows(split.storage, tuple(
+                    (f.path, f.file_size, f.deletes) for f in part if f.deletes), stride)
+            plan.parquet.append(ParquetGroup(paths, file_schema,
+                                             sum(f.live_rows for f in part), deletes))
     plan.reasons = sorted(reasons)
     return plan
+
+
+def _key_groups(files: Sequence[FileTask]) -> list[list[FileTask]]:
+    """Files with deletion vectors in groups read by one ``spark.read.parquet`` each: the
+    files of a group have distinct sizes, so ``_metadata.file_size`` tells them apart, and
+    ``file_size * stride + row_index`` (stride: the group's largest row count) fits in 64
+    bits. Usually one group; equal sizes make more."""
+    groups: list[tuple[list[FileTask], set[int]]] = []
+    for f in files:
+        for members, sizes in groups:
+            stride = max(f.row_count, *(m.row_count for m in members))
+            if f.file_size not in sizes and (max(f.file_size, *sizes) + 1) * stride < 2**63:
+                members.append(f)
+                sizes.add(f.file_size)
+                break
+        else:
+            groups.append(([f], {f.file_size}))
+    return [members for members, _ in groups]
+
+
+def _row_key(df: DataFrame, deletes: DeletedRows) -> SparkColumn:
+    """The key :class:`DeletedRows` gives each row of ``df`` (a read of the group's files)."""
+    meta = df.metadataColumn("_metadata")  # reachable even if a column is named _metadata
+    key = meta.getField("row_index")
+    if deletes.stride:
+        key = meta.getField("file_size") * F.lit(deletes.stride) + key
+    return key
+
+
+def _drop_deleted(spark: SparkSession, df: DataFrame, key: str,
+                  deletes: DeletedRows) -> DataFrame:
+    """``df`` without the rows whose column ``key`` holds a deleted row's key."""
+    keys = deletes.keys()
+    if keys.size <= INLINE_DELETES:
+        listed = ",".join(map(str, keys.tolist()))
+        return df.where(F.expr(f"{_quote(key)} NOT IN ({listed})"))
+    rows = pa.chunked_array([
+        pa.ListArray.from_arrays(pa.array([0, len(chunk)], pa.int32()), pa.array(chunk))
+        for chunk in np.array_split(keys, range(_KEYS_PER_ROW, keys.size, _KEYS_PER_ROW))])
+    deleted = spark.createDataFrame(pa.table({key: rows})).select(F.explode(key).alias(key))
+    if keys.size <= BROADCAST_DELETES:
+        deleted = F.broadcast(deleted)
+    return df.join(deleted, key, "left_anti")
 
 
 def _parquet_frame(spark: SparkSession, group: ParquetGroup, plan: FastReadPlan) -> DataFrame:
@@ -242,7 +336,15 @@ def _parquet_frame(spark: SparkSession, group: ParquetGroup, plan: FastReadPlan)
             columns.append(F.lit(None).cast(typ).alias(name))
         else:
             columns.append(F.col(_quote(old.name)).cast(typ).alias(name))
-    df = df.select(*columns)
+    if group.deletes is not None:
+        taken = {c.lower() for c in needed}
+        key = "_arrowlake_row"
+        while key.lower() in taken:
+            key += "_"
+        df = _drop_deleted(spark, df.select(*columns, _row_key(df, group.deletes).alias(key)),
+                           key, group.deletes)
+    else:
+        df = df.select(*columns)
     if not isinstance(plan.filter, AlwaysTrue):
         df = df.where(spark_filter(plan.filter))
     return df.select(*[_quote(c) for c in plan.schema.names])
