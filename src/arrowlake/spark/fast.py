@@ -12,10 +12,9 @@ and then reads
 - with ``spark.read.parquet`` too, files with a deletion vector (merge-on-write primary-key
   tables): Spark reads each row's position in its file (``_metadata.row_index``) and the
   file's size (``_metadata.file_size``, which tells the files of one read apart: files of
-  equal size go to different reads), and the rows whose ``file_size * stride + row_index``
-  is among the deleted ones are dropped: by a ``NOT IN`` list for a few deleted rows, else by
-  a left anti-join against a broadcast DataFrame of those keys, built on the driver from the
-  vectors and shipped as a few rows of long arrays;
+  equal size go to different reads), and the deleted rows are dropped by a ``NOT IN`` list
+  (few deleted rows), a bitmap over the files' rows (files of a few million rows) or a left
+  anti-join (see :func:`_drop_deleted`), all built on the driver from the vectors;
 - through the ``arrowlake`` data source: buckets whose runs must be merged, files on storage
   Spark cannot reach (object stores without Hadoop's S3A on Spark's classpath), and files
   holding types Spark's reader does not take (nanosecond timestamps, times, durations, float16,
@@ -79,11 +78,13 @@ from arrowlake.spark.types import spark_type
 
 log = logging.getLogger("arrowlake.spark")
 
-#: Up to this many deleted rows in a read are dropped by a ``NOT IN`` list in the query; more
-#: by an anti-join (a broadcast costs a Spark job, a long list costs parsing and planning).
-INLINE_DELETES = 4096
-#: Up to this many deleted rows in a read are broadcast to the anti-join; more are joined by
-#: Spark's choice (a shuffle), which keeps the driver's and each executor's memory bounded.
+#: A group of files with up to this many deleted rows drops them by a ``NOT IN`` list.
+LIST_DELETES = 1024
+#: Files with deletion vectors of up to this many rows in all (per read) drop their deleted
+#: rows by a bitmap over their rows (512 KiB), which every task of the read carries.
+BITMAP_ROWS = 4 * 1024 * 1024
+#: Larger groups drop them by a left anti-join, broadcast up to this many deleted rows (more
+#: are joined as Spark chooses, which bounds the memory of the driver and each executor).
 BROADCAST_DELETES = 16_000_000
 #: Deleted positions go to Spark as rows holding arrays of this many (one row per position
 #: costs the JVM several times as much to take in).
@@ -91,25 +92,45 @@ _KEYS_PER_ROW = 65_536
 
 
 @dataclass(frozen=True)
+class VectorFile:
+    path: str  # absolute location, for reading the vector
+    size: int  # bytes: Spark's _metadata.file_size
+    rows: int
+    vector: VectorRef
+
+
+@dataclass(frozen=True)
 class DeletedRows:
-    """The deletion vectors of a :class:`ParquetGroup`'s files: the rows whose key
-    ``_metadata.file_size * stride + _metadata.row_index`` is a deleted position are dropped.
-    The files of a group have distinct sizes, and ``stride`` is above every file's row count
-    (a group of one file has stride 0: its positions are the keys)."""
+    """The deletion vectors of a :class:`ParquetGroup`'s files (in the order of its paths),
+    and how Spark drops the rows they delete (``method``, see :func:`_drop_deleted`). The
+    files of a group have distinct sizes: ``_metadata.file_size`` tells them apart."""
 
     storage: Storage
-    files: tuple[tuple[str, int, VectorRef], ...]  # (path, file size, vector), as the paths
-    stride: int
+    table: str
+    files: tuple[VectorFile, ...]
+    method: str = "join"  # "list", "bitmap" or "join"
 
     @property
     def count(self) -> int:
-        return sum(v.cardinality for _, _, v in self.files)
+        return sum(f.vector.cardinality for f in self.files)
+
+    @property
+    def rows(self) -> int:
+        return sum(f.rows for f in self.files)
+
+    @property
+    def stride(self) -> int:
+        """For ``list`` and ``join``: a row's key is ``file_size * stride + row_index``."""
+        return max(f.rows for f in self.files) if len(self.files) > 1 else 0
+
+    def positions(self) -> list[np.ndarray]:
+        """Each file's deleted positions (int64), read from the vectors."""
+        return [f.vector.positions(self.storage, f.path).astype(np.int64) for f in self.files]
 
     def keys(self) -> np.ndarray:
-        """The deleted rows' keys (int64), read from the vectors."""
-        return np.concatenate([
-            v.positions(self.storage, path).astype(np.int64) + np.int64(size * self.stride)
-            for path, size, v in self.files])
+        """The deleted rows' keys ``file_size * stride + position``."""
+        return np.concatenate([p + np.int64(f.size * self.stride)
+                               for f, p in zip(self.files, self.positions(), strict=True)])
 
 
 @dataclass(frozen=True)
@@ -120,6 +141,9 @@ class ParquetGroup:
     file_schema: pa.Schema
     rows: int  # live rows (deleted rows not counted)
     deletes: DeletedRows | None = None  # the files' deletion vectors, if they have any
+
+
+_METHODS = {"list": "NOT IN list", "bitmap": "bitmap", "join": "anti-join"}
 
 
 @dataclass
@@ -137,9 +161,10 @@ class FastReadPlan:
         pq_files = sum(len(g.paths) for g in self.parquet)
         src_files = sum(len(s.files) for s in self.source)
         vectors = [g.deletes for g in self.parquet if g.deletes is not None]
+        methods = ", ".join(sorted({_METHODS[d.method] for d in vectors}))
         dropped = (f" ({sum(len(d.files) for d in vectors)} with deletion vectors: "
-                   f"{sum(d.count for d in vectors)} deleted rows dropped by position)"
-                   if vectors else "")
+                   f"{sum(d.count for d in vectors)} deleted rows dropped by position, "
+                   f"{methods})" if vectors else "")
         text = (f"{pq_files} files ({sum(g.rows for g in self.parquet)} rows) through Spark's "
                 f"Parquet reader{dropped}, {src_files} files in {len(self.source)} splits "
                 "through the arrowlake data source")
@@ -263,15 +288,22 @@ def plan_read(spark: SparkSession | None, lake: Lake | str, table: str, *,
         rest = [f for f in split.files if f not in taken]
         if rest:
             plan.source.append(replace(split, files=tuple(rest)))
+    bitmap_rows = 0
     for (schema_id, vector), (split, files) in sorted(by_schema.items()):
         file_schema = split.file_schemas[schema_id]
         for part in _key_groups(files) if vector else [files]:
             paths = tuple(p for f in part if (p := _spark_path(split.storage, f.path, spark)))
             deletes = None
             if vector:
-                stride = max(f.row_count for f in part) if len(part) > 1 else 0
-                deletes = DeletedRows(split.storage, tuple(
-                    (f.path, f.file_size, f.deletes) for f in part if f.deletes), stride)
+                deletes = DeletedRows(split.storage, split.table, tuple(
+                    VectorFile(f.path, f.file_size, f.row_count, f.deletes)
+                    for f in part if f.deletes))
+                if deletes.count <= LIST_DELETES:
+                    deletes = replace(deletes, method="list")
+                elif (bitmap_rows + deletes.rows <= BITMAP_ROWS
+                      and _residues(deletes) is not None):
+                    deletes = replace(deletes, method="bitmap")
+                    bitmap_rows += deletes.rows
             plan.parquet.append(ParquetGroup(paths, file_schema,
                                              sum(f.live_rows for f in part), deletes))
     plan.reasons = sorted(reasons)
@@ -296,29 +328,80 @@ def _key_groups(files: Sequence[FileTask]) -> list[list[FileTask]]:
     return [members for members, _ in groups]
 
 
-def _row_key(df: DataFrame, deletes: DeletedRows) -> SparkColumn:
-    """The key :class:`DeletedRows` gives each row of ``df`` (a read of the group's files)."""
+def _residues(deletes: DeletedRows) -> int | None:
+    """The least modulus ``m`` under which the files' sizes leave distinct remainders (so
+    ``pmod(_metadata.file_size, m)`` indexes a table of them), or None if none is small."""
+    sizes = np.array([f.size for f in deletes.files], dtype=np.int64)
+    for modulus in range(sizes.size, 64 * sizes.size + 64):
+        if np.unique(sizes % modulus).size == sizes.size:
+            return modulus
+    return None
+
+
+def _drop_deleted(spark: SparkSession, df: DataFrame, deletes: DeletedRows) -> DataFrame:
+    """``df`` (a ``spark.read.parquet`` of the group's files, not yet projected) without the
+    deleted rows, by the group's method:
+
+    - ``list``: ``key NOT IN (...)``, key ``file_size * stride + row_index`` (Spark makes
+      the list a hash set);
+    - ``bitmap``: the files' rows numbered one after the other (``offset + row_index``, the
+      file's offset found from its size by remainder in a small table); a row is kept when
+      its bit in the bitmap of deleted rows is clear. The tables and the bitmap reach Spark
+      as one row of long arrays read by scalar subqueries (their values are not part of the
+      plan's text); a row of a file whose size is not the listed one fails the read;
+    - ``join``: a left anti-join on the key against the deleted keys, shipped as rows of
+      arrays and exploded in the JVM."""
     meta = df.metadataColumn("_metadata")  # reachable even if a column is named _metadata
-    key = meta.getField("row_index")
-    if deletes.stride:
-        key = meta.getField("file_size") * F.lit(deletes.stride) + key
-    return key
-
-
-def _drop_deleted(spark: SparkSession, df: DataFrame, key: str,
-                  deletes: DeletedRows) -> DataFrame:
-    """``df`` without the rows whose column ``key`` holds a deleted row's key."""
+    row, size = meta.getField("row_index"), meta.getField("file_size")
+    if deletes.method == "bitmap":
+        return df.where(_bitmap_keeps(spark, deletes, row, size))
+    key = size * F.lit(deletes.stride) + row if deletes.stride else row
+    taken = {c.lower() for c in df.columns}
+    name = "_arrowlake_row"
+    while name.lower() in taken:
+        name += "_"
+    df = df.select(F.col("*"), key.alias(name))
     keys = deletes.keys()
-    if keys.size <= INLINE_DELETES:
+    if deletes.method == "list":
         listed = ",".join(map(str, keys.tolist()))
-        return df.where(F.expr(f"{_quote(key)} NOT IN ({listed})"))
+        return df.where(F.expr(f"{_quote(name)} NOT IN ({listed})")).drop(name)
     rows = pa.chunked_array([
         pa.ListArray.from_arrays(pa.array([0, len(chunk)], pa.int32()), pa.array(chunk))
         for chunk in np.array_split(keys, range(_KEYS_PER_ROW, keys.size, _KEYS_PER_ROW))])
-    deleted = spark.createDataFrame(pa.table({key: rows})).select(F.explode(key).alias(key))
+    deleted = spark.createDataFrame(pa.table({name: rows})).select(F.explode(name).alias(name))
     if keys.size <= BROADCAST_DELETES:
         deleted = F.broadcast(deleted)
-    return df.join(deleted, key, "left_anti")
+    return df.join(deleted, name, "left_anti").drop(name)
+
+
+def _bitmap_keeps(spark: SparkSession, deletes: DeletedRows, row: SparkColumn,
+                  size: SparkColumn) -> SparkColumn:
+    """True for the rows the group's vectors do not delete (the ``bitmap`` method)."""
+    modulus = _residues(deletes)
+    assert modulus is not None
+    counts = np.array([f.rows for f in deletes.files], dtype=np.int64)
+    offsets = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
+    sizes = np.array([f.size for f in deletes.files], dtype=np.int64)
+    slot_size = np.full(modulus, -1, dtype=np.int64)
+    slot_offset = np.zeros(modulus, dtype=np.int64)
+    slot_size[sizes % modulus] = sizes
+    slot_offset[sizes % modulus] = offsets
+    deleted = np.zeros(int(counts.sum()) + 64, dtype=bool)
+    for offset, positions in zip(offsets, deletes.positions(), strict=True):
+        deleted[positions + offset] = True
+    bits = np.packbits(deleted, bitorder="little")
+    words = bits[:bits.size // 8 * 8].view("<i8")
+    arrays = {name: pa.array([values], pa.list_(pa.int64())) for name, values in
+              (("size", slot_size), ("offset", slot_offset), ("words", words))}
+    one = spark.createDataFrame(pa.table(arrays))
+    by_slot, offset_of, word_of = (one.select(c).scalar() for c in arrays)
+    slot = F.pmod(size, F.lit(modulus)).cast("int")
+    error = (f"A data file of {deletes.table} read with its deletion vector has a size its "
+             "metadata does not list: it changed after it was written")
+    index = F.when(F.get(by_slot, slot) == size, F.get(offset_of, slot)).otherwise(
+        F.raise_error(F.lit(error)).cast("long")) + row
+    word = F.get(word_of, F.shiftright(index, 6).cast("int"))
+    return F.bit_get(word, F.pmod(index, F.lit(64)).cast("int")) == 0
 
 
 def _parquet_frame(spark: SparkSession, group: ParquetGroup, plan: FastReadPlan) -> DataFrame:
@@ -328,6 +411,8 @@ def _parquet_frame(spark: SparkSession, group: ParquetGroup, plan: FastReadPlan)
     read_schema = st.StructType([st.StructField(old.name, spark_type(old.type), True)
                                  for old in sources.values() if old is not None])
     df = spark.read.schema(read_schema).parquet(*group.paths)
+    if group.deletes is not None:
+        df = _drop_deleted(spark, df, group.deletes)
     columns = []
     for name in needed:
         typ = spark_type(plan.table_schema.field(name).type)
@@ -336,15 +421,7 @@ def _parquet_frame(spark: SparkSession, group: ParquetGroup, plan: FastReadPlan)
             columns.append(F.lit(None).cast(typ).alias(name))
         else:
             columns.append(F.col(_quote(old.name)).cast(typ).alias(name))
-    if group.deletes is not None:
-        taken = {c.lower() for c in needed}
-        key = "_arrowlake_row"
-        while key.lower() in taken:
-            key += "_"
-        df = _drop_deleted(spark, df.select(*columns, _row_key(df, group.deletes).alias(key)),
-                           key, group.deletes)
-    else:
-        df = df.select(*columns)
+    df = df.select(*columns)
     if not isinstance(plan.filter, AlwaysTrue):
         df = df.where(spark_filter(plan.filter))
     return df.select(*[_quote(c) for c in plan.schema.names])
