@@ -184,8 +184,9 @@ def test_deletion_vectors_in_puffin_files_and_files_split_by_spark(spark, tmp_pa
     key = "spark.sql.files.maxPartitionBytes"
     spark.conf.set(key, "4096")  # the files are about 12 KiB
     try:
-        for method, bitmap_rows in (("bitmap", als.fast.BITMAP_ROWS), ("anti-join", 0)):
-            monkeypatch.setattr(als.fast, "BITMAP_ROWS", bitmap_rows)
+        for method, bitmap_bytes in (("bitmap", als.fast.BITMAP_BYTES), ("anti-join", 0)):
+            monkeypatch.setattr(als.fast, "BITMAP_BYTES", bitmap_bytes)
+            monkeypatch.setattr(als.fast, "BITMAP_MAX_BYTES", bitmap_bytes)
             plan = als.plan_read(spark, lake, "s.big")
             assert no_data_source(plan) and method in plan.describe(), plan.describe()
             deletes = [d for g in plan.parquet if (d := g.deletes)]

@@ -80,10 +80,13 @@ log = logging.getLogger("arrowlake.spark")
 
 #: A group of files with up to this many deleted rows drops them by a ``NOT IN`` list.
 LIST_DELETES = 1024
-#: Files with deletion vectors of up to this many rows in all (per read) drop their deleted
-#: rows by a bitmap over their rows (512 KiB), which every task of the read carries.
-BITMAP_ROWS = 4 * 1024 * 1024
-#: Larger groups drop them by a left anti-join, broadcast up to this many deleted rows (more
+#: Files with deletion vectors drop their deleted rows by a bitmap of one bit per row (which
+#: reaches each executor once, in the stage's task binary) while the bitmaps of a read take
+#: up to this many bytes in all, or up to what the anti-join would ship (16 bytes a deleted
+#: row), and never more than :data:`BITMAP_MAX_BYTES`.
+BITMAP_BYTES = 4 * 1024 * 1024
+BITMAP_MAX_BYTES = 256 * 1024 * 1024
+#: Other groups drop them by a left anti-join, broadcast up to this many deleted rows (more
 #: are joined as Spark chooses, which bounds the memory of the driver and each executor).
 BROADCAST_DELETES = 16_000_000
 #: Deleted positions go to Spark as rows holding arrays of this many (one row per position
@@ -288,7 +291,7 @@ def plan_read(spark: SparkSession | None, lake: Lake | str, table: str, *,
         rest = [f for f in split.files if f not in taken]
         if rest:
             plan.source.append(replace(split, files=tuple(rest)))
-    bitmap_rows = 0
+    bitmap_bytes = 0
     for (schema_id, vector), (split, files) in sorted(by_schema.items()):
         file_schema = split.file_schemas[schema_id]
         for part in _key_groups(files) if vector else [files]:
@@ -300,10 +303,10 @@ def plan_read(spark: SparkSession | None, lake: Lake | str, table: str, *,
                     for f in part if f.deletes))
                 if deletes.count <= LIST_DELETES:
                     deletes = replace(deletes, method="list")
-                elif (bitmap_rows + deletes.rows <= BITMAP_ROWS
-                      and _residues(deletes) is not None):
+                elif _bitmap_fits(bitmap_bytes + deletes.rows // 8, deletes) \
+                        and _residues(deletes) is not None:
                     deletes = replace(deletes, method="bitmap")
-                    bitmap_rows += deletes.rows
+                    bitmap_bytes += deletes.rows // 8
             plan.parquet.append(ParquetGroup(paths, file_schema,
                                              sum(f.live_rows for f in part), deletes))
     plan.reasons = sorted(reasons)
@@ -326,6 +329,12 @@ def _key_groups(files: Sequence[FileTask]) -> list[list[FileTask]]:
         else:
             groups.append(([f], {f.file_size}))
     return [members for members, _ in groups]
+
+
+def _bitmap_fits(total_bytes: int, deletes: DeletedRows) -> bool:
+    """Whether a read whose bitmaps take ``total_bytes`` with the one of ``deletes`` drops
+    the rows of ``deletes`` by its bitmap (see :data:`BITMAP_BYTES`)."""
+    return total_bytes <= min(BITMAP_MAX_BYTES, max(BITMAP_BYTES, 16 * deletes.count))
 
 
 def _residues(deletes: DeletedRows) -> int | None:
@@ -386,13 +395,20 @@ def _bitmap_keeps(spark: SparkSession, deletes: DeletedRows, row: SparkColumn,
     slot_offset = np.zeros(modulus, dtype=np.int64)
     slot_size[sizes % modulus] = sizes
     slot_offset[sizes % modulus] = offsets
-    deleted = np.zeros(int(counts.sum()) + 64, dtype=bool)
-    for offset, positions in zip(offsets, deletes.positions(), strict=True):
-        deleted[positions + offset] = True
-    bits = np.packbits(deleted, bitorder="little")
-    words = bits[:bits.size // 8 * 8].view("<i8")
-    arrays = {name: pa.array([values], pa.list_(pa.int64())) for name, values in
-              (("size", slot_size), ("offset", slot_offset), ("words", words))}
+    # The bitmap: bit i of word j set when row 64 * j + i is deleted (rows numbered file after
+    # file), built from the sorted positions in memory of the size of the bitmap.
+    numbers = np.concatenate([positions + offset for offset, positions
+                              in zip(offsets, deletes.positions(), strict=True)]).view(np.uint64)
+    bitmap = np.zeros(int(counts.sum()) // 64 + 1, dtype=np.uint64)
+    in_word = numbers >> np.uint64(6)
+    starts = np.flatnonzero(np.concatenate(([True], in_word[1:] != in_word[:-1])))
+    bitmap[in_word[starts]] = np.bitwise_or.reduceat(
+        np.left_shift(np.uint64(1), numbers & np.uint64(63)), starts)
+    words = bitmap.view(np.int64)
+    arrays = {name: pa.ListArray.from_arrays(pa.array([0, values.size], pa.int32()),
+                                             pa.array(values))
+              for name, values in (("size", slot_size), ("offset", slot_offset),
+                                   ("words", words))}
     one = spark.createDataFrame(pa.table(arrays))
     by_slot, offset_of, word_of = (one.select(c).scalar() for c in arrays)
     slot = F.pmod(size, F.lit(modulus)).cast("int")
