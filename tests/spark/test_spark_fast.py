@@ -129,3 +129,108 @@ def test_storage_spark_cannot_reach_falls_back_to_the_data_source(spark, tmp_pat
     assert not plan.parquet and "storage Spark's reader cannot reach" in plan.describe()
     fast = als.read(spark, url, "s.k", warehouse=warehouse, storage_options=options)
     assert frame_rows(fast) == as_spark_rows(t.to_arrow())
+
+
+# -- deletion-vector tables: Spark's reader drops the deleted positions --------------------
+
+DV_SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("p", pa.string()),
+                       ("v", pa.int64())])
+
+
+def dv_rows(ids, p, v):
+    return pa.table({"id": list(ids), "p": [p] * len(ids), "v": [v] * len(ids)},
+                    schema=DV_SCHEMA)
+
+
+def no_data_source(plan):
+    """A plan reading everything with Spark's Parquet reader, some files with vectors."""
+    return (not plan.source and any(g.deletes for g in plan.parquet)
+            and "0 files in 0 splits through the arrowlake data source" in plan.describe()
+            and "deleted rows dropped by position" in plan.describe())
+
+
+def test_deletion_vector_table_reads_through_spark_parquet_reader(spark, tmp_path):
+    lake = al.connect(tmp_path / "lake")
+    t = lake.create_table("s.dv", DV_SCHEMA, primary_key=["id"], buckets=3,
+                          deletion_vectors=True)
+    t.upsert(dv_rows(range(600), "a", 0))
+    t.upsert(dv_rows(range(0, 600, 5), "b", 1))
+    t.upsert(dv_rows(range(0, 900, 9), "c", 2))  # replaces rows of both earlier writes
+    t.delete("id >= 550 and id < 560")
+    t.delete(al.col("id").isin([3, 4, 700]))
+    plan = als.plan_read(spark, lake, "s.dv")
+    assert no_data_source(plan) and "NOT IN list" in plan.describe(), plan.describe()
+    assert frame_rows(als.read(spark, lake, "s.dv")) == as_spark_rows(t.to_arrow())
+    assert als.read(spark, lake, "s.dv").count() == t.count() == 621
+    query = "v >= 1 and id < 800"
+    assert no_data_source(als.plan_read(spark, lake, "s.dv", filter=query, columns=["v", "id"]))
+    picked = als.read(spark, lake, "s.dv", filter=query, columns=["v", "id"])
+    assert picked.columns == ["v", "id"]
+    assert frame_rows(picked, "id") == as_spark_rows(t.scan(query, ["v", "id"]).to_arrow(), "id")
+
+
+def test_deletion_vectors_in_puffin_files_and_files_split_by_spark(spark, tmp_path,
+                                                                  monkeypatch):
+    """Vectors over the inline limit (kept in Puffin files), dropped by a bitmap and, for
+    reads over more rows, by an anti-join; small row groups and partitions make Spark read
+    each file in several tasks, whose row positions must still be the file's."""
+    lake = al.connect(tmp_path / "lake")
+    t = lake.create_table("s.big", DV_SCHEMA, primary_key=["id"], buckets=2,
+                          deletion_vectors=True, properties={"write.row-group-rows": "4096"})
+    n = 50_000
+    t.upsert(dv_rows(range(n), "a", 0))
+    t.upsert(dv_rows(range(0, n, 7), "b", 1))
+    expected = as_spark_rows(t.to_arrow(), "id")
+    key = "spark.sql.files.maxPartitionBytes"
+    spark.conf.set(key, "4096")  # the files are about 12 KiB
+    try:
+        for method, bitmap_bytes in (("bitmap", als.fast.BITMAP_BYTES), ("anti-join", 0)):
+            monkeypatch.setattr(als.fast, "BITMAP_BYTES", bitmap_bytes)
+            monkeypatch.setattr(als.fast, "BITMAP_MAX_BYTES", bitmap_bytes)
+            plan = als.plan_read(spark, lake, "s.big")
+            assert no_data_source(plan) and method in plan.describe(), plan.describe()
+            deletes = [d for g in plan.parquet if (d := g.deletes)]
+            assert all(f.vector.path is not None for d in deletes for f in d.files)  # Puffin
+            fast = als.read(spark, lake, "s.big")
+            assert fast.rdd.getNumPartitions() > len(t.files())
+            assert frame_rows(fast, "id") == expected
+            replaced = als.read(spark, lake, "s.big", filter="p = 'b'", columns=["id"])
+            assert sorted(r.id for r in replaced.collect()) == list(range(0, n, 7))
+    finally:
+        spark.conf.unset(key)
+
+
+def test_partitioned_deletion_vector_table_with_files_of_equal_size(spark, tmp_path):
+    """Files of equal size cannot be told apart by ``_metadata.file_size``: each goes to its
+    own read. The two partitions here hold the same keys and values, so their files are the
+    same size."""
+    lake = al.connect(tmp_path / "lake")
+    t = lake.create_table("s.part", DV_SCHEMA, primary_key=["id", "p"], partition_by=["p"],
+                          buckets=1, deletion_vectors=True)
+    t.upsert(pa.concat_tables([dv_rows(range(300), p, 0) for p in ("a", "b")]))
+    t.upsert(pa.concat_tables([dv_rows(range(0, 300, 6), p, 1) for p in ("a", "b")]))
+    t.delete("p = 'b' and id < 12")
+    plan = als.plan_read(spark, lake, "s.part")
+    assert no_data_source(plan), plan.describe()
+    first = t.files().filter(pa.compute.field("added_snapshot") == 1)["file_size"].to_pylist()
+    assert len(first) == 2 and first[0] == first[1]
+    assert len([g for g in plan.parquet if g.deletes]) == 2
+    assert frame_rows(als.read(spark, lake, "s.part")) == as_spark_rows(t.to_arrow())
+    query = "p = 'b' and id >= 100"  # partition a pruned
+    pruned = als.plan_read(spark, lake, "s.part", filter=query)
+    assert no_data_source(pruned) and sum(len(g.paths) for g in pruned.parquet) == 2
+    assert frame_rows(als.read(spark, lake, "s.part", filter=query)) == \
+        as_spark_rows(t.scan(query).to_arrow())
+
+
+def test_deletion_vector_table_with_columns_named_like_spark_metadata(spark, tmp_path):
+    """Columns named ``_metadata`` (Spark's hidden column) or like the row-key column the
+    read adds do not get in the way of either."""
+    lake = al.connect(tmp_path / "lake")
+    schema = pa.schema([pa.field("_metadata", pa.int64(), nullable=False),
+                        ("_arrowlake_row", pa.string())])
+    t = lake.create_table("s.names", schema, primary_key=["_metadata"], deletion_vectors=True)
+    t.upsert({"_metadata": list(range(20)), "_arrowlake_row": ["a"] * 20})
+    t.upsert({"_metadata": [2, 5, 30], "_arrowlake_row": ["b"] * 3})
+    assert no_data_source(als.plan_read(spark, lake, "s.names"))
+    assert frame_rows(als.read(spark, lake, "s.names")) == as_spark_rows(t.to_arrow())

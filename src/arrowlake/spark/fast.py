@@ -9,6 +9,12 @@ and then reads
   buckets that need no merge (one run, or runs of disjoint keys holding only additions), one
   read per schema version, columns picked by field id and renamed to the current names
   (renamed columns read under their old names, added ones as nulls, widened ones cast);
+- with ``spark.read.parquet`` too, files with a deletion vector (merge-on-write primary-key
+  tables): Spark reads each row's position in its file (``_metadata.row_index``) and the
+  file's size (``_metadata.file_size``, which tells the files of one read apart: files of
+  equal size go to different reads), and the deleted rows are dropped by a ``NOT IN`` list
+  (few deleted rows), a bitmap over the files' rows (files of a few million rows) or a left
+  anti-join (see :func:`_drop_deleted`), all built on the driver from the vectors;
 - through the ``arrowlake`` data source: buckets whose runs must be merged, files on storage
   Spark cannot reach (object stores without Hadoop's S3A on Spark's classpath), and files
   holding types Spark's reader does not take (nanosecond timestamps, times, durations, float16,
@@ -29,6 +35,7 @@ from datetime import datetime
 from functools import reduce
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql import Column as SparkColumn
 from pyspark.sql import DataFrame, SparkSession
@@ -51,6 +58,7 @@ from arrowlake.expressions import (
     StartsWith,
     referenced_columns,
 )
+from arrowlake.io.deletion_vectors import VectorRef
 from arrowlake.io.storage import LocalStorage, Storage
 from arrowlake.lake import Lake
 from arrowlake.scan.read import bucket_groups, needs_merge
@@ -70,13 +78,75 @@ from arrowlake.spark.types import spark_type
 
 log = logging.getLogger("arrowlake.spark")
 
+#: A group of files with up to this many deleted rows drops them by a ``NOT IN`` list.
+LIST_DELETES = 1024
+#: Files with deletion vectors drop their deleted rows by a bitmap of one bit per row (which
+#: reaches each executor once, in the stage's task binary) while the bitmaps of a read take
+#: up to this many bytes in all, or up to what the anti-join would ship (16 bytes a deleted
+#: row), and never more than :data:`BITMAP_MAX_BYTES`.
+BITMAP_BYTES = 4 * 1024 * 1024
+BITMAP_MAX_BYTES = 256 * 1024 * 1024
+#: Other groups drop them by a left anti-join, broadcast up to this many deleted rows (more
+#: are joined as Spark chooses, which bounds the memory of the driver and each executor).
+BROADCAST_DELETES = 16_000_000
+#: Deleted positions go to Spark as rows holding arrays of this many (one row per position
+#: costs the JVM several times as much to take in).
+_KEYS_PER_ROW = 65_536
+
+
+@dataclass(frozen=True)
+class VectorFile:
+    path: str  # absolute location, for reading the vector
+    size: int  # bytes: Spark's _metadata.file_size
+    rows: int
+    vector: VectorRef
+
+
+@dataclass(frozen=True)
+class DeletedRows:
+    """The deletion vectors of a :class:`ParquetGroup`'s files (in the order of its paths),
+    and how Spark drops the rows they delete (``method``, see :func:`_drop_deleted`). The
+    files of a group have distinct sizes: ``_metadata.file_size`` tells them apart."""
+
+    storage: Storage
+    table: str
+    files: tuple[VectorFile, ...]
+    method: str = "join"  # "list", "bitmap" or "join"
+
+    @property
+    def count(self) -> int:
+        return sum(f.vector.cardinality for f in self.files)
+
+    @property
+    def rows(self) -> int:
+        return sum(f.rows for f in self.files)
+
+    @property
+    def stride(self) -> int:
+        """For ``list`` and ``join``: a row's key is ``file_size * stride + row_index``."""
+        return max(f.rows for f in self.files) if len(self.files) > 1 else 0
+
+    def positions(self) -> list[np.ndarray]:
+        """Each file's deleted positions (int64), read from the vectors."""
+        return [f.vector.positions(self.storage, f.path).astype(np.int64) for f in self.files]
+
+    def keys(self) -> np.ndarray:
+        """The deleted rows' keys ``file_size * stride + position``."""
+        return np.concatenate([p + np.int64(f.size * self.stride)
+                               for f, p in zip(self.files, self.positions(), strict=True)])
+
+
 @dataclass(frozen=True)
 class ParquetGroup:
     """Files of one schema version that Spark's Parquet reader reads."""
 
     paths: tuple[str, ...]  # as Spark names them (file:///..., s3a://...)
     file_schema: pa.Schema
-    rows: int
+    rows: int  # live rows (deleted rows not counted)
+    deletes: DeletedRows | None = None  # the files' deletion vectors, if they have any
+
+
+_METHODS = {"list": "NOT IN list", "bitmap": "bitmap", "join": "anti-join"}
 
 
 @dataclass
@@ -93,9 +163,14 @@ class FastReadPlan:
     def describe(self) -> str:
         pq_files = sum(len(g.paths) for g in self.parquet)
         src_files = sum(len(s.files) for s in self.source)
+        vectors = [g.deletes for g in self.parquet if g.deletes is not None]
+        methods = ", ".join(sorted({_METHODS[d.method] for d in vectors}))
+        dropped = (f" ({sum(len(d.files) for d in vectors)} with deletion vectors: "
+                   f"{sum(d.count for d in vectors)} deleted rows dropped by position, "
+                   f"{methods})" if vectors else "")
         text = (f"{pq_files} files ({sum(g.rows for g in self.parquet)} rows) through Spark's "
-                f"Parquet reader, {src_files} files in {len(self.source)} splits through the "
-                "arrowlake data source")
+                f"Parquet reader{dropped}, {src_files} files in {len(self.source)} splits "
+                "through the arrowlake data source")
         return text + (f" ({'; '.join(self.reasons)})" if self.reasons else "")
 
     def to_dataframe(self, spark: SparkSession) -> DataFrame:
@@ -191,15 +266,11 @@ def plan_read(spark: SparkSession | None, lake: Lake | str, table: str, *,
     scan = table_scan(lake.table(table), ReadOptions(snapshot, as_of, tag), filter, columns)
     plan = FastReadPlan(scan.schema, scan.view.schema, scan.expr)
     reasons: set[str] = set()
-    by_schema: dict[int, tuple[Split, list[FileTask]]] = {}
+    by_schema: dict[tuple[int, bool], tuple[Split, list[FileTask]]] = {}
     cores = spark.sparkContext.defaultParallelism if spark is not None else 1
     for split in plan_splits(scan, None, cores):
-        direct: list[FileTask] = []
-        if split.merge is None:
-            direct = [f for f in split.files if f.deletes is None or not f.deletes.cardinality]
-            if len(direct) < len(split.files):
-                reasons.add("files with deleted rows (deletion vectors)")
-        else:
+        direct: list[FileTask] = list(split.files)
+        if split.merge is not None:
             direct = [f for g in bucket_groups(split.files) if not needs_merge(g) for f in g]
             if len(direct) < len(split.files):
                 reasons.add("buckets whose runs must be merged")
@@ -214,17 +285,139 @@ def plan_read(spark: SparkSession | None, lake: Lake | str, table: str, *,
             else:
                 readable.append(f)
         for f in readable:
-            by_schema.setdefault(f.schema_id, (split, []))[1].append(f)
+            vector = f.deletes is not None and f.deletes.cardinality > 0
+            by_schema.setdefault((f.schema_id, vector), (split, []))[1].append(f)
         taken = set(readable)
         rest = [f for f in split.files if f not in taken]
         if rest:
             plan.source.append(replace(split, files=tuple(rest)))
-    for _, (split, files) in sorted(by_schema.items()):
-        paths = tuple(p for f in files if (p := _spark_path(split.storage, f.path, spark)))
-        plan.parquet.append(ParquetGroup(paths, split.file_schemas[files[0].schema_id],
-                                         sum(f.row_count for f in files)))
+    bitmap_bytes = 0
+    for (schema_id, vector), (split, files) in sorted(by_schema.items()):
+        file_schema = split.file_schemas[schema_id]
+        for part in _key_groups(files) if vector else [files]:
+            paths = tuple(p for f in part if (p := _spark_path(split.storage, f.path, spark)))
+            deletes = None
+            if vector:
+                deletes = DeletedRows(split.storage, split.table, tuple(
+                    VectorFile(f.path, f.file_size, f.row_count, f.deletes)
+                    for f in part if f.deletes))
+                if deletes.count <= LIST_DELETES:
+                    deletes = replace(deletes, method="list")
+                elif _bitmap_fits(bitmap_bytes + deletes.rows // 8, deletes) \
+                        and _residues(deletes) is not None:
+                    deletes = replace(deletes, method="bitmap")
+                    bitmap_bytes += deletes.rows // 8
+            plan.parquet.append(ParquetGroup(paths, file_schema,
+                                             sum(f.live_rows for f in part), deletes))
     plan.reasons = sorted(reasons)
     return plan
+
+
+def _key_groups(files: Sequence[FileTask]) -> list[list[FileTask]]:
+    """Files with deletion vectors in groups read by one ``spark.read.parquet`` each: the
+    files of a group have distinct sizes, so ``_metadata.file_size`` tells them apart, and
+    ``file_size * stride + row_index`` (stride: the group's largest row count) fits in 64
+    bits. Usually one group; equal sizes make more."""
+    groups: list[tuple[list[FileTask], set[int]]] = []
+    for f in files:
+        for members, sizes in groups:
+            stride = max(f.row_count, *(m.row_count for m in members))
+            if f.file_size not in sizes and (max(f.file_size, *sizes) + 1) * stride < 2**63:
+                members.append(f)
+                sizes.add(f.file_size)
+                break
+        else:
+            groups.append(([f], {f.file_size}))
+    return [members for members, _ in groups]
+
+
+def _bitmap_fits(total_bytes: int, deletes: DeletedRows) -> bool:
+    """Whether a read whose bitmaps take ``total_bytes`` with the one of ``deletes`` drops
+    the rows of ``deletes`` by its bitmap (see :data:`BITMAP_BYTES`)."""
+    return total_bytes <= min(BITMAP_MAX_BYTES, max(BITMAP_BYTES, 16 * deletes.count))
+
+
+def _residues(deletes: DeletedRows) -> int | None:
+    """The least modulus ``m`` under which the files' sizes leave distinct remainders (so
+    ``pmod(_metadata.file_size, m)`` indexes a table of them), or None if none is small."""
+    sizes = np.array([f.size for f in deletes.files], dtype=np.int64)
+    for modulus in range(sizes.size, 64 * sizes.size + 64):
+        if np.unique(sizes % modulus).size == sizes.size:
+            return modulus
+    return None
+
+
+def _drop_deleted(spark: SparkSession, df: DataFrame, deletes: DeletedRows) -> DataFrame:
+    """``df`` (a ``spark.read.parquet`` of the group's files, not yet projected) without the
+    deleted rows, by the group's method:
+
+    - ``list``: ``key NOT IN (...)``, key ``file_size * stride + row_index`` (Spark makes
+      the list a hash set);
+    - ``bitmap``: the files' rows numbered one after the other (``offset + row_index``, the
+      file's offset found from its size by remainder in a small table); a row is kept when
+      its bit in the bitmap of deleted rows is clear. The tables and the bitmap reach Spark
+      as one row of long arrays read by scalar subqueries (their values are not part of the
+      plan's text); a row of a file whose size is not the listed one fails the read;
+    - ``join``: a left anti-join on the key against the deleted keys, shipped as rows of
+      arrays and exploded in the JVM."""
+    meta = df.metadataColumn("_metadata")  # reachable even if a column is named _metadata
+    row, size = meta.getField("row_index"), meta.getField("file_size")
+    if deletes.method == "bitmap":
+        return df.where(_bitmap_keeps(spark, deletes, row, size))
+    key = size * F.lit(deletes.stride) + row if deletes.stride else row
+    taken = {c.lower() for c in df.columns}
+    name = "_arrowlake_row"
+    while name.lower() in taken:
+        name += "_"
+    df = df.select(F.col("*"), key.alias(name))
+    keys = deletes.keys()
+    if deletes.method == "list":
+        listed = ",".join(map(str, keys.tolist()))
+        return df.where(F.expr(f"{_quote(name)} NOT IN ({listed})")).drop(name)
+    rows = pa.chunked_array([
+        pa.ListArray.from_arrays(pa.array([0, len(chunk)], pa.int32()), pa.array(chunk))
+        for chunk in np.array_split(keys, range(_KEYS_PER_ROW, keys.size, _KEYS_PER_ROW))])
+    deleted = spark.createDataFrame(pa.table({name: rows})).select(F.explode(name).alias(name))
+    if keys.size <= BROADCAST_DELETES:
+        deleted = F.broadcast(deleted)
+    return df.join(deleted, name, "left_anti").drop(name)
+
+
+def _bitmap_keeps(spark: SparkSession, deletes: DeletedRows, row: SparkColumn,
+                  size: SparkColumn) -> SparkColumn:
+    """True for the rows the group's vectors do not delete (the ``bitmap`` method)."""
+    modulus = _residues(deletes)
+    assert modulus is not None
+    counts = np.array([f.rows for f in deletes.files], dtype=np.int64)
+    offsets = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
+    sizes = np.array([f.size for f in deletes.files], dtype=np.int64)
+    slot_size = np.full(modulus, -1, dtype=np.int64)
+    slot_offset = np.zeros(modulus, dtype=np.int64)
+    slot_size[sizes % modulus] = sizes
+    slot_offset[sizes % modulus] = offsets
+    # The bitmap: bit i of word j set when row 64 * j + i is deleted (rows numbered file after
+    # file), built from the sorted positions in memory of the size of the bitmap.
+    numbers = np.concatenate([positions + offset for offset, positions
+                              in zip(offsets, deletes.positions(), strict=True)]).view(np.uint64)
+    bitmap = np.zeros(int(counts.sum()) // 64 + 1, dtype=np.uint64)
+    in_word = numbers >> np.uint64(6)
+    starts = np.flatnonzero(np.concatenate(([True], in_word[1:] != in_word[:-1])))
+    bitmap[in_word[starts]] = np.bitwise_or.reduceat(
+        np.left_shift(np.uint64(1), numbers & np.uint64(63)), starts)
+    words = bitmap.view(np.int64)
+    arrays = {name: pa.ListArray.from_arrays(pa.array([0, values.size], pa.int32()),
+                                             pa.array(values))
+              for name, values in (("size", slot_size), ("offset", slot_offset),
+                                   ("words", words))}
+    one = spark.createDataFrame(pa.table(arrays))
+    by_slot, offset_of, word_of = (one.select(c).scalar() for c in arrays)
+    slot = F.pmod(size, F.lit(modulus)).cast("int")
+    error = (f"A data file of {deletes.table} read with its deletion vector has a size its "
+             "metadata does not list: it changed after it was written")
+    index = F.when(F.get(by_slot, slot) == size, F.get(offset_of, slot)).otherwise(
+        F.raise_error(F.lit(error)).cast("long")) + row
+    word = F.get(word_of, F.shiftright(index, 6).cast("int"))
+    return F.bit_get(word, F.pmod(index, F.lit(64)).cast("int")) == 0
 
 
 def _parquet_frame(spark: SparkSession, group: ParquetGroup, plan: FastReadPlan) -> DataFrame:
@@ -234,6 +427,8 @@ def _parquet_frame(spark: SparkSession, group: ParquetGroup, plan: FastReadPlan)
     read_schema = st.StructType([st.StructField(old.name, spark_type(old.type), True)
                                  for old in sources.values() if old is not None])
     df = spark.read.schema(read_schema).parquet(*group.paths)
+    if group.deletes is not None:
+        df = _drop_deleted(spark, df, group.deletes)
     columns = []
     for name in needed:
         typ = spark_type(plan.table_schema.field(name).type)
