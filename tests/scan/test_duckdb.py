@@ -56,8 +56,8 @@ def _v1_rows(start: int, n: int) -> pa.Table:
         "id": pa.array(ids, pa.int32()),
         "name": [None if i % 9 == 0 else ["alpha", "o'k", "beta", 'q"x', "al%"][i % 5]
                  for i in ids],
-        "amount": pa.array([float("nan") if i % 11 == 0 else (i % 7) * 0.5 - 1.0
-                            for i in ids], pa.float32()),
+        "amount": pa.array([float("nan") if i % 11 == 0 else -0.0 if i % 13 == 0
+                            else (i % 7) * 0.5 - 1.0 for i in ids], pa.float32()),
         "price": pa.array([Decimal(i) / 4 for i in ids], pa.decimal128(10, 2)),
         "ts": pa.array([datetime(2026, 1, 1) + timedelta(milliseconds=250 * i) for i in ids],
                        pa.timestamp("ms")),
@@ -123,6 +123,10 @@ FILTERS = [
     "amount > 0.5",
     "amount != 0.5",
     "amount = 0",
+    "amount >= 0",
+    "amount <= -0.0",
+    "amount > -0.5 AND amount < 0.5",
+    "NOT (amount >= 0.5)",
     "amount IN (0.5, -1.0)",
     "amount NOT IN (0.5)",
     "NOT (amount <= 0.5)",
@@ -198,12 +202,14 @@ def test_string_view_and_large_string_inputs(sqlite_lake):
         ks = list(range(start, start + 50))
         t.append(pa.table({
             "k": ks,
-            "sv": pa.array([None if k % 13 == 0 else f"v{k % 6}" for k in ks], pa.string_view()),
+            "sv": pa.array([None if k % 13 == 0 else f"v{k % 6}" if k % 5 else "é"
+                            for k in ks], pa.string_view()),
             "ls": pa.array([f"l{k % 4}'" for k in ks], pa.large_string()),
             "lb": pa.array([bytes([k % 3, 0]) for k in ks], pa.large_binary()),
         }))
     for text in [None, "sv = 'v1'", "sv LIKE 'v%' AND ls != 'l2'''", "sv >= ls",
-                 "ls IN ('l1''', 'l3''')", "lb = X'0100'", "sv IS NULL OR k > 90"]:
+                 "ls IN ('l1''', 'l3''')", "sv > 'v3'", "sv < 'z'", "lb = X'0100'",
+                 "sv IS NULL OR k > 90"]:
         rel = assert_same(t.scan(filter=text))
         assert "ARROW" not in plan_of(rel)
 

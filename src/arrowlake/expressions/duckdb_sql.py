@@ -8,9 +8,10 @@ printed unquoted except integers and the words TRUE/FALSE.
 
 Where DuckDB's semantics differ from Arrow's the SQL says so explicitly: DuckDB treats NaN as
 equal to itself and greater than every number, Arrow as IEEE 754 does (NaN compares false,
-``!=`` true), so comparisons on floating columns test ``isnan`` first. Whatever has no such
-form (types DuckDB would compare differently, time and duration literals, 256-bit decimals,
-strings holding NUL) gives None: the caller must then filter with Arrow instead.
+``!=`` true), so comparisons on floating columns test ``isnan`` where the two differ.
+Whatever has no such form (types DuckDB would compare differently, time and duration
+literals, 256-bit decimals, strings holding NUL) gives None: the caller must then filter
+with Arrow instead.
 """
 
 from __future__ import annotations
@@ -150,13 +151,17 @@ def _compare(node: BoundCompare) -> str:
     op = _SQL_OPS[node.op]
     if not _floating(node.column):
         return f"({column} {op} {literal(node.value)})"
-    # IEEE 754, as Arrow compares: NaN on either side makes every comparison false but !=.
-    unequal = "TRUE" if node.op == "!=" else "FALSE"
     value = node.value.as_py()
     if value is not None and math.isnan(value):
+        # IEEE 754, as Arrow compares: NaN makes every comparison false but !=.
+        unequal = "TRUE" if node.op == "!=" else "FALSE"
         return f"(CASE WHEN {column} IS NULL THEN NULL ELSE {unequal} END)"
-    return (f"(CASE WHEN isnan({column}) THEN {unequal} "
-            f"ELSE {column} {op} {literal(node.value)} END)")
+    # DuckDB orders NaN above every number, IEEE 754 nowhere: <, <=, = and != a number give
+    # Arrow's answer for a NaN row as they are; > and >= must rule NaN out. (Kept as plain
+    # comparisons, DuckDB prunes row groups with them.)
+    if node.op in (">", ">="):
+        return f"({column} {op} {literal(node.value)} AND NOT isnan({column}))"
+    return f"({column} {op} {literal(node.value)})"
 
 
 def _column_compare(node: BoundColumnCompare) -> str:

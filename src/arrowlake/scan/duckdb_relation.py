@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from arrowlake.errors import ValidationError
+from arrowlake.errors import ValidationError, require
 from arrowlake.expressions import AlwaysTrue, referenced_columns
 from arrowlake.expressions.binding import value_type
 from arrowlake.expressions.duckdb_sql import (
@@ -67,10 +67,11 @@ def duckdb_relation(con: Any, split: Split | None, schema: pa.Schema) -> Any:
     needed = list(split.columns)
     used = set() if isinstance(split.filter, AlwaysTrue) else referenced_columns(split.filter)
     needed += sorted(used - set(needed))
+    duckdb = require("duckdb", "duckdb", "Scan.to_duckdb()")
     try:
         probe = con.from_arrow(pa.schema([split.schema.field(n) for n in needed]).empty_table())
         targets = dict(zip(needed, (str(t) for t in probe.types), strict=True))
-    except Exception:  # DuckDB cannot hold a column type (float16, decimal256, ...)
+    except duckdb.Error:  # DuckDB cannot hold a column type (float16, decimal256, ...)
         return con.from_arrow(read_split_table(split))  # fails as DuckDB fails on it
     where = None
     if used:
@@ -93,16 +94,14 @@ def duckdb_relation(con: Any, split: Split | None, schema: pa.Schema) -> Any:
     for f in files:
         grouped.setdefault(f.schema_id, []).append(f)
     for schema_id, group in grouped.items():
-        select = _select_list(con, split, schema_id, group, needed, targets)
-        if select is None:
+        try:
+            relations = _group_relations(con, split, schema_id, group, needed, targets, where)
+        except duckdb.Error:  # DuckDB refused the SQL while binding it: nothing was read
+            relations = None
+        if relations is None:
             by_arrow.extend(group)
-            continue
-        for rel in _group_relations(con, split, group, select, needed):
-            if where is not None:
-                rel = rel.filter(where)
-            if needed != list(split.columns):
-                rel = rel.project(", ".join(quote_identifier(c) for c in split.columns))
-            parts.append(rel)
+        else:
+            parts.extend(relations)
     if by_arrow:
         rows = read_split_table(replace(split, files=tuple(by_arrow)))
         parts.append(con.from_arrow(rows))
@@ -163,10 +162,16 @@ def _path_list(split: Split, files: Sequence[FileTask]) -> str:
     return "[" + ", ".join(quote_string(split.storage.fs_path(f.path)) for f in files) + "]"
 
 
-def _group_relations(con: Any, split: Split, files: Sequence[FileTask], select: str,
-                     needed: Sequence[str]) -> list[Any]:
-    """Relations of the files' live rows, each with the ``needed`` columns: one of the files
-    without deleted rows, one of those with (anti-joined with their deleted positions)."""
+def _group_relations(con: Any, split: Split, schema_id: int, files: Sequence[FileTask],
+                     needed: Sequence[str], targets: dict[str, str], where: str | None
+                     ) -> list[Any] | None:
+    """Relations of the live rows of files written in schema version ``schema_id``, filtered
+    by ``where`` and with the split's columns: one of the files without deleted rows, one of
+    those with (anti-joined with their deleted positions). None when DuckDB cannot read the
+    files' columns as the table's (see :func:`_select_list`)."""
+    select = _select_list(con, split, schema_id, files, needed, targets)
+    if select is None:
+        return None
     whole = [f for f in files if f.deletes is None or not f.deletes.cardinality]
     masked = [f for f in files if f.deletes is not None and f.deletes.cardinality]
     out = []
@@ -184,6 +189,11 @@ def _group_relations(con: Any, split: Split, files: Sequence[FileTask], select: 
                      f"AND {quote_identifier(row_col)} = {quote_identifier(row_col + '_d')}")
         live = rows.join(deleted, condition, how="anti")
         out.append(live.project(", ".join(quote_identifier(c) for c in needed)))
+    if where is not None:
+        out = [rel.filter(where) for rel in out]
+    if list(needed) != list(split.columns):
+        columns = ", ".join(quote_identifier(c) for c in split.columns)
+        out = [rel.project(columns) for rel in out]
     return out
 
 
