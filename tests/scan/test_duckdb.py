@@ -306,3 +306,7 @@ def test_merge_on_read_buckets_are_merged_by_arrowlake(sqlite_lake):
     assert "READ_PARQUET" in plan and "ARROW" in plan
     for text in ["v = -1", "p = 'b' AND v > 4", "id = 4"]:
         assert_same(t.scan(filter=text))
+    # As a view, the rows read through arrowlake stay with it.
+    con = duckdb.connect()
+    t.scan().to_duckdb(con, name="mor")
+    assert con.sql("SELECT count(*) FROM mor").fetchall()[0][0] == t.count() == 49
