@@ -24,8 +24,8 @@ One append table of ``--rows`` rows (default 10,000,000: string ``customer``, fl
   existing ids), queried through ``scan().to_duckdb()`` (DuckDB reads the files and drops the
   deleted positions) vs DuckDB ``read_parquet`` of one Parquet file holding exactly the live
   rows (zstd, row groups of 131,072 rows as arrowlake writes); two queries, an aggregate over
-  every column and a selective filter. Relation building is timed with the query. Target:
-  >= 0.8x.
+  every column and a selective filter, each timed with the view made for it (planning
+  included) and again on a view made once ("again"). Target: >= 0.8x.
 
 Speeds are medians of ``--runs`` runs; ratios are arrowlake's speed over the baseline's.
 
@@ -288,19 +288,32 @@ def bench_duckdb(root: Path, keys: int, runs: int) -> list[tuple]:
         ]
         con = duckdb.connect()
         results = []
+        # Queried through views (``name=``): ``relation.query()`` renders the whole relation
+        # into a view at every call, which costs this relation ~4 ms more than the baseline's.
+        table.scan().to_duckdb(con, name="dv_once")
+        con.read_parquet(str(raw)).create_view("raw_once")
         for what, query in queries:
             def ours(query: str = query) -> object:
-                rel = table.scan().to_duckdb(con)
-                return sorted(rel.query("t", query.format("t")).fetchall())
+                table.scan().to_duckdb(con, name="dv")
+                return sorted(con.sql(query.format("dv")).fetchall())
 
             def theirs(query: str = query) -> object:
-                rel = con.read_parquet(str(raw))
-                return sorted(rel.query("t", query.format("t")).fetchall())
+                con.read_parquet(str(raw)).create_view("raw")
+                return sorted(con.sql(query.format("raw")).fetchall())
+
+            def ours_again(query: str = query) -> object:
+                return sorted(con.sql(query.format("dv_once")).fetchall())
+
+            def theirs_again(query: str = query) -> object:
+                return sorted(con.sql(query.format("raw_once")).fetchall())
 
             assert ours() == theirs(), what  # the same answer, and warm caches for both
             t_ours, t_theirs = paired(ours, theirs, runs)
-            results.append((what, "scan().to_duckdb()", t_ours, "read_parquet(live rows)",
+            results.append((what, "scan().to_duckdb(name=)", t_ours, "read_parquet(live rows)",
                             t_theirs, 0.8))
+            t_ours, t_theirs = paired(ours_again, theirs_again, runs)
+            results.append((what + " again", "the view made once", t_ours,
+                            "the view made once", t_theirs, 0.8))
         return results
 
 

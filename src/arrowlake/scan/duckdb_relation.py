@@ -22,7 +22,9 @@ options; file paths with glob characters).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -46,9 +48,11 @@ from arrowlake.schema import RESERVED_PREFIX, can_widen, field_id
 #: Characters ``read_parquet`` takes as a glob in a path; such files are read with Arrow.
 _GLOB = frozenset("*?[{")
 #: Names of the file index and row number columns (in arrowlake's reserved prefix, which no
-#: table column has); the deleted positions' columns add ``_d``.
+#: table column has).
 _FILE_INDEX = f"{RESERVED_PREFIX}file"
 _ROW_NUMBER = f"{RESERVED_PREFIX}row"
+#: The name the relation's statement gives the table of deleted positions.
+_DELETED = f"{RESERVED_PREFIX}deleted"
 #: DuckDB types whose widening casts (int32 -> int64, float -> double, decimal precision up)
 #: give the values Arrow's casts give.
 _NUMERIC = frozenset({"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMALLINT",
@@ -64,13 +68,12 @@ def duckdb_relation(con: Any, split: Split | None, schema: pa.Schema) -> Any:
             "(columns=[]): select a column, or count the rows with scan.count()")
     if split is None:
         return con.from_arrow(schema.empty_table())
+    duckdb = require("duckdb", "duckdb", "Scan.to_duckdb()")
     needed = list(split.columns)
     used = set() if isinstance(split.filter, AlwaysTrue) else referenced_columns(split.filter)
     needed += sorted(used - set(needed))
-    duckdb = require("duckdb", "duckdb", "Scan.to_duckdb()")
     try:
-        probe = con.from_arrow(pa.schema([split.schema.field(n) for n in needed]).empty_table())
-        targets = dict(zip(needed, (str(t) for t in probe.types), strict=True))
+        targets = _duckdb_types(con, pa.schema([split.schema.field(n) for n in needed]))
     except duckdb.Error:  # DuckDB cannot hold a column type (float16, decimal256, ...)
         return con.from_arrow(read_split_table(split))  # fails as DuckDB fails on it
     where = None
@@ -89,26 +92,39 @@ def duckdb_relation(con: Any, split: Split | None, schema: pa.Schema) -> Any:
         groups = bucket_groups(files)
         by_arrow = [f for g in groups if needs_merge(g) for f in g]
         files = [f for g in groups if not needs_merge(g) for f in g]
-    parts = []
     grouped: dict[int, list[FileTask]] = {}
     for f in files:
         grouped.setdefault(f.schema_id, []).append(f)
+    queries: list[str] = []
+    masked: list[FileTask] = []  # files with deleted rows, numbered across the groups
     for schema_id, group in grouped.items():
         try:
-            relations = _group_relations(con, split, schema_id, group, needed, targets, where)
-        except duckdb.Error:  # DuckDB refused the SQL while binding it: nothing was read
-            relations = None
-        if relations is None:
+            select = _select_list(con, split, schema_id, group, needed, targets)
+        except duckdb.Error:  # DuckDB cannot open these files by path
+            select = None
+        if select is None:
             by_arrow.extend(group)
+            continue
+        queries += _group_queries(split, group, select, len(masked), where)
+        masked += [f for f in group if _has_deletes(f)]
+    relation = None
+    if queries:
+        sql = " UNION ALL ".join(queries)
+        if masked:
+            # One statement over one Arrow source (the deleted positions), bound once.
+            positions = con.from_arrow(_deleted_positions(split, masked))
+            relation = positions.query(_DELETED, sql)
         else:
-            parts.extend(relations)
+            relation = con.sql(sql)
     if by_arrow:
-        rows = read_split_table(replace(split, files=tuple(by_arrow)))
-        parts.append(con.from_arrow(rows))
-    relation = parts[0]
-    for part in parts[1:]:
-        relation = relation.union(part)
+        rows = con.from_arrow(read_split_table(replace(split, files=tuple(by_arrow))))
+        relation = rows if relation is None else relation.union(rows)
+    assert relation is not None
     return relation if split.limit is None else relation.limit(split.limit)
+
+
+def _has_deletes(task: FileTask) -> bool:
+    return task.deletes is not None and task.deletes.cardinality > 0
 
 
 def _select_list(con: Any, split: Split, schema_id: int, files: Sequence[FileTask],
@@ -118,9 +134,7 @@ def _select_list(con: Any, split: Split, schema_id: int, files: Sequence[FileTas
     cannot be brought to its DuckDB type with the values Arrow gives."""
     file_schema = split.file_schemas[schema_id]
     by_id = {field_id(f): f for f in file_schema}
-    # The types DuckDB reads the files' columns as (binding reads one footer).
-    read = con.sql(f"SELECT * FROM read_parquet({_path_list(split, files[:1])})")
-    stored = dict(zip(read.columns, (str(t) for t in read.types), strict=True))
+    stored = _stored_types(con, split, files[0])
     items = []
     for name in needed:
         field = split.schema.field(name)
@@ -139,6 +153,46 @@ def _select_list(con: Any, split: Split, schema_id: int, files: Sequence[FileTas
             column = f"CAST({column} AS {target})"
         items.append(column if old.name == name and column == out else f"{column} AS {out}")
     return ", ".join(items)
+
+
+_CACHE_LOCK = threading.Lock()
+_STORED: OrderedDict[tuple[str, int], dict[str, str]] = OrderedDict()
+_TARGETS: OrderedDict[pa.Schema, dict[str, str]] = OrderedDict()
+_MAX_CACHED = 1024
+
+
+def _cached(cache: OrderedDict[Any, dict[str, str]], key: Any,
+            make: Callable[[], dict[str, str]]) -> dict[str, str]:
+    with _CACHE_LOCK:
+        found = cache.get(key)
+        if found is not None:
+            cache.move_to_end(key)
+            return found
+    value = make()
+    with _CACHE_LOCK:
+        cache[key] = value
+        while len(cache) > _MAX_CACHED:
+            cache.popitem(last=False)
+    return value
+
+
+def _stored_types(con: Any, split: Split, task: FileTask) -> dict[str, str]:
+    """The DuckDB type of each column of ``task``'s file as ``read_parquet`` reads it (one
+    footer; kept per file, as data files never change)."""
+    def read() -> dict[str, str]:
+        rel = con.sql(f"SELECT * FROM read_parquet({_path_list(split, [task])})")
+        return dict(zip(rel.columns, (str(t) for t in rel.types), strict=True))
+
+    return _cached(_STORED, (task.path, task.file_size), read)
+
+
+def _duckdb_types(con: Any, schema: pa.Schema) -> dict[str, str]:
+    """The DuckDB type of each column of ``schema`` as DuckDB reads an Arrow table of it."""
+    def read() -> dict[str, str]:
+        rel = con.from_arrow(schema.empty_table())
+        return dict(zip(schema.names, (str(t) for t in rel.types), strict=True))
+
+    return _cached(_TARGETS, schema, read)
 
 
 def _castable(file_type: pa.DataType, table_type: pa.DataType, stored: str,
@@ -162,46 +216,35 @@ def _path_list(split: Split, files: Sequence[FileTask]) -> str:
     return "[" + ", ".join(quote_string(split.storage.fs_path(f.path)) for f in files) + "]"
 
 
-def _group_relations(con: Any, split: Split, schema_id: int, files: Sequence[FileTask],
-                     needed: Sequence[str], targets: dict[str, str], where: str | None
-                     ) -> list[Any] | None:
-    """Relations of the live rows of files written in schema version ``schema_id``, filtered
-    by ``where`` and with the split's columns: one of the files without deleted rows, one of
-    those with (anti-joined with their deleted positions). None when DuckDB cannot read the
-    files' columns as the table's (see :func:`_select_list`)."""
-    select = _select_list(con, split, schema_id, files, needed, targets)
-    if select is None:
-        return None
-    whole = [f for f in files if f.deletes is None or not f.deletes.cardinality]
-    masked = [f for f in files if f.deletes is not None and f.deletes.cardinality]
+def _group_queries(split: Split, files: Sequence[FileTask], select: str, first: int,
+                   where: str | None) -> list[str]:
+    """SELECTs of the live rows of ``files`` (of one schema version) with the split's columns,
+    filtered by ``where``: one of the files without deleted rows, one of those with them,
+    anti-joined with their deleted positions (numbered across groups from ``first``)."""
+    whole = [f for f in files if not _has_deletes(f)]
+    masked = [f for f in files if _has_deletes(f)]
+    columns = ", ".join(quote_identifier(c) for c in split.columns)
+    condition = "" if where is None else f" WHERE {where}"
     out = []
     if whole:
-        out.append(con.sql(f"SELECT {select} FROM read_parquet({_path_list(split, whole)})"))
+        out.append(f"SELECT {columns} FROM (SELECT {select} FROM "
+                   f"read_parquet({_path_list(split, whole)})){condition}")
     if masked:
-        file_col, row_col = _FILE_INDEX, _ROW_NUMBER
-        rows = con.sql(
-            f"SELECT {select}, file_index AS {quote_identifier(file_col)}, "
-            f"file_row_number AS {quote_identifier(row_col)} "
-            f"FROM read_parquet({_path_list(split, masked)}, file_row_number=true)")
-        deleted = con.from_arrow(_deleted_positions(split, masked, file_col + "_d",
-                                                    row_col + "_d"))
-        condition = (f"{quote_identifier(file_col)} = {quote_identifier(file_col + '_d')} "
-                     f"AND {quote_identifier(row_col)} = {quote_identifier(row_col + '_d')}")
-        live = rows.join(deleted, condition, how="anti")
-        out.append(live.project(", ".join(quote_identifier(c) for c in needed)))
-    if where is not None:
-        out = [rel.filter(where) for rel in out]
-    if list(needed) != list(split.columns):
-        columns = ", ".join(quote_identifier(c) for c in split.columns)
-        out = [rel.project(columns) for rel in out]
+        file_col, row_col = quote_identifier(_FILE_INDEX), quote_identifier(_ROW_NUMBER)
+        rows = (f"SELECT {select}, file_index + {first} AS {file_col}, "
+                f"file_row_number AS {row_col} "
+                f"FROM read_parquet({_path_list(split, masked)}, file_row_number=true)")
+        deleted = quote_identifier(_DELETED)
+        out.append(f"SELECT {columns} FROM ({rows}) AS _al_rows ANTI JOIN {deleted} AS "
+                   f"_al_deleted ON _al_rows.{file_col} = _al_deleted.{file_col} AND "
+                   f"_al_rows.{row_col} = _al_deleted.{row_col}{condition}")
     return out
 
 
-def _deleted_positions(split: Split, files: Sequence[FileTask], file_col: str,
-                       row_col: str) -> pa.Table:
+def _deleted_positions(split: Split, files: Sequence[FileTask]) -> pa.Table:
     """``(index in files, position)`` of every deleted row of ``files``."""
     vectors = [f.deletes.positions(split.storage, f.path) for f in files if f.deletes]
     counts = np.array([v.size for v in vectors], dtype=np.int64)
     index = np.repeat(np.arange(len(vectors), dtype=np.uint64), counts)  # as file_index
     positions = np.concatenate(vectors).astype(np.int64) if vectors else np.empty(0, np.int64)
-    return pa.table({file_col: index, row_col: positions})
+    return pa.table({_FILE_INDEX: index, _ROW_NUMBER: positions})
