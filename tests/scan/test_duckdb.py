@@ -310,3 +310,18 @@ def test_merge_on_read_buckets_are_merged_by_arrowlake(sqlite_lake):
     con = duckdb.connect()
     t.scan().to_duckdb(con, name="mor")
     assert con.sql("SELECT count(*) FROM mor").fetchall()[0][0] == t.count() == 49
+
+
+def test_partition_columns_come_from_the_files(sqlite_lake):
+    # Directory names escape and stand in for values ("(null)", "__NULL__", "a%20b%2Fc"):
+    # the relation reads the values the files store.
+    schema = pa.schema([("id", pa.int64()), ("p", pa.string()), ("n", pa.int32()),
+                        ("d", pa.date32())])
+    t = sqlite_lake.create_table("s.parts", schema, partition_by=["p", "n", "d"])
+    t.append(pa.table({"id": [1, 2, 3, 4], "p": ["a b/c", None, "__NULL__", "x=1" * 100],
+                       "n": pa.array([1, 2, None, -3], pa.int32()),
+                       "d": pa.array([date(2026, 1, 1), None, date(1, 1, 1), date(9999, 12, 31)],
+                                     pa.date32())}))
+    for text in [None, "p IS NULL", "n = 2 OR p LIKE 'x=1%'", "d >= '2026-01-01'"]:
+        rel = assert_same(t.scan(filter=text))
+        assert "ARROW" not in plan_of(rel)

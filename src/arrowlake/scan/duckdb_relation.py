@@ -10,7 +10,8 @@ rows :meth:`Scan.to_arrow` returns:
 - files with a deletion vector are read with ``file_row_number`` and anti-joined with a small
   Arrow table of their deleted ``(file, position)`` pairs, built from the vectors;
 - the filter becomes SQL (:mod:`arrowlake.expressions.duckdb_sql`) over the mapped columns;
-- partition columns are read from the files, which store them too.
+- partition columns are read from the files, which store them too (not from the
+  ``name=value`` directories DuckDB would otherwise decode).
 
 What DuckDB cannot read with the same result goes through arrowlake's Arrow reader, and its
 rows (read when the relation is made) are unioned in: buckets of primary-key tables that need
@@ -51,6 +52,9 @@ _GLOB = frozenset("*?[{")
 #: table column has).
 _FILE_INDEX = f"{RESERVED_PREFIX}file"
 _ROW_NUMBER = f"{RESERVED_PREFIX}row"
+#: Columns come from the files only: DuckDB would otherwise take partition columns from
+#: ``name=value`` directories, whose text (escaped, ``(null)``) is not the stored value.
+_OPTIONS = ", hive_partitioning=false, union_by_name=false"
 #: The name the relation's statement gives the table of deleted positions.
 _DELETED = f"{RESERVED_PREFIX}deleted"
 #: DuckDB types whose widening casts (int32 -> int64, float -> double, decimal precision up)
@@ -180,7 +184,7 @@ def _stored_types(con: Any, split: Split, task: FileTask) -> dict[str, str]:
     """The DuckDB type of each column of ``task``'s file as ``read_parquet`` reads it (one
     footer; kept per file, as data files never change)."""
     def read() -> dict[str, str]:
-        rel = con.sql(f"SELECT * FROM read_parquet({_path_list(split, [task])})")
+        rel = con.sql(f"SELECT * FROM read_parquet({_path_list(split, [task])}{_OPTIONS})")
         return dict(zip(rel.columns, (str(t) for t in rel.types), strict=True))
 
     return _cached(_STORED, (task.path, task.file_size), read)
@@ -228,12 +232,13 @@ def _group_queries(split: Split, files: Sequence[FileTask], select: str, first: 
     out = []
     if whole:
         out.append(f"SELECT {columns} FROM (SELECT {select} FROM "
-                   f"read_parquet({_path_list(split, whole)})){condition}")
+                   f"read_parquet({_path_list(split, whole)}{_OPTIONS})){condition}")
     if masked:
         file_col, row_col = quote_identifier(_FILE_INDEX), quote_identifier(_ROW_NUMBER)
         rows = (f"SELECT {select}, file_index + {first} AS {file_col}, "
                 f"file_row_number AS {row_col} "
-                f"FROM read_parquet({_path_list(split, masked)}, file_row_number=true)")
+                f"FROM read_parquet({_path_list(split, masked)}{_OPTIONS}, "
+                "file_row_number=true)")
         deleted = quote_identifier(_DELETED)
         out.append(f"SELECT {columns} FROM ({rows}) AS _al_rows ANTI JOIN {deleted} AS "
                    f"_al_deleted ON _al_rows.{file_col} = _al_deleted.{file_col} AND "
