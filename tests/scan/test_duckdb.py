@@ -325,3 +325,23 @@ def test_partition_columns_come_from_the_files(sqlite_lake):
     for text in [None, "p IS NULL", "n = 2 OR p LIKE 'x=1%'", "d >= '2026-01-01'"]:
         rel = assert_same(t.scan(filter=text))
         assert "ARROW" not in plan_of(rel)
+
+
+def test_deletion_vectors_across_schema_versions(sqlite_lake):
+    t = sqlite_lake.create_table("s.dv_evolved", PK, primary_key=["id"], buckets=2,
+                                 deletion_vectors=True)
+    t.upsert({"id": list(range(300)), "p": ["a"] * 300, "v": list(range(300)), "s": [0] * 300})
+    t.rename_column("v", "w")
+    t.add_column("x", pa.string())
+    t.upsert({"id": list(range(0, 300, 4)), "p": ["b"] * 75, "w": [-1] * 75, "s": [1] * 75,
+              "x": ["new"] * 75})
+    t.upsert({"id": list(range(0, 300, 8)), "p": ["c"] * 38, "w": [-2] * 38, "s": [2] * 38,
+              "x": ["newer"] * 38})
+    t.delete("id >= 290")
+    scan = t.scan()
+    assert len({f.schema_id for f in scan.plan()[0].files if f.deletes}) == 2
+    for text in [None, "w < 0", "x IS NULL AND id < 100", "p = 'b' OR x = 'newer'"]:
+        rel = assert_same(t.scan(filter=text))
+        # One Arrow source: the deleted positions; every file is read by DuckDB.
+        assert plan_of(rel).count("ARROW_SCAN") <= 1
+    assert len(t.scan().to_duckdb().fetchall()) == 290
