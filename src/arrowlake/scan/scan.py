@@ -13,6 +13,7 @@ from arrowlake.errors import ValidationError, require
 from arrowlake.expressions import AlwaysTrue, Expr, and_all, to_arrow, to_expression
 from arrowlake.pandas_arrow import arrow_to_pandas
 from arrowlake.scan.adapters import adapter
+from arrowlake.scan.duckdb_relation import duckdb_relation
 from arrowlake.scan.planning import (
     TableView,
     file_tasks,
@@ -153,14 +154,19 @@ class Scan:
         return pl.from_arrow(self.to_arrow())
 
     def to_duckdb(self, connection: Any = None, name: str | None = None) -> Any:
-        """A DuckDB relation over the scan's rows (registered as ``name`` when given)."""
+        """A lazy DuckDB relation over the scan's rows (a view ``name`` when given).
+
+        DuckDB reads the table's Parquet files itself when the relation is run; the relation
+        holds the rows :meth:`to_arrow` returns. See :mod:`arrowlake.scan.duckdb_relation`
+        for what is read through arrowlake's reader instead.
+        """
         duckdb = require("duckdb", "duckdb", "Scan.to_duckdb()")
         con = connection if connection is not None else duckdb.connect()
-        data = self.to_arrow()
+        relation = duckdb_relation(con, self._single_split(), self.schema)
         if name is not None:
-            con.register(name, data)
+            relation.create_view(name, replace=True)
             return con.table(name)
-        return con.from_arrow(data)
+        return relation
 
     def to_dask(self, *, split_bytes: int | None = None) -> Any:
         """A Dask DataFrame with one partition per split (the ``dask`` extra).
