@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from arrowlake.io.storage import Storage
+from arrowlake.merge.versions import sortable_key
 from arrowlake.scan.read import file_fragment
 from arrowlake.scan.split import FileTask
 from arrowlake.schema import field_id
@@ -53,13 +54,14 @@ def locate(storage: Storage, files: Sequence[FileTask], file_schemas: dict[int, 
     (one bucket's live files, with their vectors). With ``columns``, their values are read too
     (in ``schema``, the table's current schema)."""
     bounds = _key_bounds(keys, key)
+    keys_image = sortable_key(keys, key)
     parts: list[tuple[FileTask, np.ndarray, np.ndarray]] = []
     for task in files:
         if bounds is not None and task.key_range is not None and not _overlaps(
                 bounds, task.key_range):
             continue
         positions, incoming = _match_file(storage, task, file_schemas[task.schema_id], schema,
-                                          key, keys)
+                                          key, keys, keys_image)
         if len(positions):
             parts.append((task, positions, incoming))
     if not parts:
@@ -149,29 +151,44 @@ class _KeyCache:
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self._lock = threading.Lock()
-        self._tables: OrderedDict[tuple[str, int, tuple[str, ...], str], pa.Table] = \
+        self._tables: OrderedDict[tuple[str, int, tuple[str, ...], str], _StoredKeys] = \
             OrderedDict()
         self._bytes = 0
 
-    def get(self, key: tuple[str, int, tuple[str, ...], str]) -> pa.Table | None:
+    def get(self, key: tuple[str, int, tuple[str, ...], str]) -> _StoredKeys | None:
         with self._lock:
-            table = self._tables.get(key)
-            if table is not None:
+            stored = self._tables.get(key)
+            if stored is not None:
                 self._tables.move_to_end(key)
-            return table
+            return stored
 
-    def put(self, key: tuple[str, int, tuple[str, ...], str], table: pa.Table) -> None:
-        size = table.nbytes
+    def put(self, key: tuple[str, int, tuple[str, ...], str], stored: _StoredKeys) -> None:
+        size = stored.nbytes
         if size > self.limit:
             return
         with self._lock:
             if key in self._tables:
                 return
-            self._tables[key] = table
+            self._tables[key] = stored
             self._bytes += size
             while self._bytes > self.limit:
                 _, dropped = self._tables.popitem(last=False)
                 self._bytes -= dropped.nbytes
+
+
+@dataclass(frozen=True)
+class _StoredKeys:
+    """A file's key columns, and, when the file is sorted by key (every file arrowlake writes
+    into a bucket is), their order-preserving numpy image: written keys are then found by
+    binary search, not by hashing every stored key."""
+
+    table: pa.Table
+    sorted_image: np.ndarray | None
+
+    @property
+    def nbytes(self) -> int:
+        return self.table.nbytes + (self.sorted_image.nbytes
+                                    if self.sorted_image is not None else 0)
 
 
 #: Bytes of key columns a process keeps for lookups (see :class:`_KeyCache`).
@@ -180,22 +197,43 @@ _KEYS = _KeyCache(KEY_CACHE_BYTES)
 
 
 def _stored_keys(storage: Storage, task: FileTask, file_schema: pa.Schema, schema: pa.Schema,
-                 key: Sequence[str]) -> pa.Table:
+                 key: Sequence[str]) -> _StoredKeys:
     # Keyed by the types too: a widened key column is read again in its new type.
     types = ",".join(str(schema.field(k).type) for k in key)
     cache_key = (task.path, task.file_size, tuple(key), types)
     stored = _KEYS.get(cache_key)
     if stored is None:
-        stored = _read_columns(storage, task, file_schema, schema, key)
+        table = _read_columns(storage, task, file_schema, schema, key)
+        image = sortable_key(table, key)
+        if image is not None and len(image) > 1 and not bool(np.all(image[1:] > image[:-1])):
+            image = None  # not sorted with unique keys: matched by hashing instead
+        stored = _StoredKeys(table, image)
         _KEYS.put(cache_key, stored)
     return stored
 
 
+def _search_sorted(stored: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(positions in stored, indices into keys)`` of the keys found in ``stored`` (sorted,
+    unique): one binary search per written key."""
+    at = np.searchsorted(stored, keys)
+    inside = at < len(stored)
+    found = np.zeros(len(keys), dtype=bool)
+    found[inside] = stored[at[inside]] == keys[inside]
+    incoming = np.flatnonzero(found).astype(np.int64)
+    return at[incoming].astype(np.int64), incoming
+
+
 def _match_file(storage: Storage, task: FileTask, file_schema: pa.Schema, schema: pa.Schema,
-                key: Sequence[str], keys: pa.Table) -> tuple[np.ndarray, np.ndarray]:
-    """``(positions in the file, indices into keys)`` of the file's live rows of ``keys``."""
+                key: Sequence[str], keys: pa.Table,
+                keys_image: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``(positions in the file, indices into keys)`` of the file's live rows of ``keys``
+    (``keys_image``: their :func:`sortable_key` image, when they have one)."""
     stored = _stored_keys(storage, task, file_schema, schema, key)
-    positions, incoming = match_keys(stored, keys, key)
+    if stored.sorted_image is not None and keys_image is not None \
+            and stored.sorted_image.dtype == keys_image.dtype:
+        positions, incoming = _search_sorted(stored.sorted_image, keys_image)
+    else:
+        positions, incoming = match_keys(stored.table, keys, key)
     if task.deletes is not None and task.deletes.cardinality and len(positions):
         deleted = task.deletes.positions(storage, task.path).astype(np.int64)
         at = np.searchsorted(deleted, positions)
