@@ -326,3 +326,28 @@ def test_an_overwrite_of_a_partition_streams_its_live_rows_retracted(tmp_path):
     assert rows == [{"id": 1, "v": 1, "_row_kind": "-D"}, {"id": 2, "v": 20, "_row_kind": "-U"},
                     {"id": 2, "v": 200, "_row_kind": "+U"}, {"id": 4, "v": 4, "_row_kind": "+I"}]
     lake.close()
+
+
+def test_positions_stay_right_when_row_groups_are_skipped(tmp_path):
+    lake = al.connect(tmp_path / "lake")
+    t = lake.create_table("s.rg", SCHEMA, primary_key=["id"], buckets=1, deletion_vectors=True,
+                          properties={"write.row-group-rows": "100",
+                                      "compaction.max-runs": "100",
+                                      "deletion-vectors.rewrite-threshold": "1"})
+    n = 1_000
+    t.upsert({"id": list(range(n)), "p": ["a"] * n, "v": list(range(n)), "s": [0] * n})
+    gone = [5, 150, 151, 420, 777, 999]
+    t.upsert({"id": gone, "p": ["b"] * len(gone), "v": [-1] * len(gone), "s": [1] * len(gone)})
+    [split] = t.scan().plan()
+    assert any(f.deletes is not None for f in split.files)
+    for where, expected in (("id >= 400", [i for i in range(400, n)]),
+                            ("id >= 140 and id < 160", list(range(140, 160))),
+                            ("v >= 700", list(range(700, n)))):
+        rows = t.scan(filter=where).to_arrow().to_pylist()
+        want = [{"id": i, "p": "b" if i in gone else "a", "v": -1 if i in gone else i,
+                 "s": 1 if i in gone else 0} for i in expected]
+        if where == "v >= 700":
+            want = [r for r in want if r["v"] >= 700]
+        assert sorted(rows, key=lambda r: r["id"]) == want, where
+        assert t.scan(filter=where).count() == len(want)
+    lake.close()

@@ -1,12 +1,12 @@
 """Reading files that have a deletion vector: their rows minus the deleted positions.
 
-Positions are row numbers within a file, so a file with a vector is read row group by row
-group: row groups are still skipped by their statistics against the filter (each kept row
-group starts at a position the footer gives), but rows inside a row group are not filtered
-while reading, since a filter would shift the positions. The deleted positions are dropped
-with one boolean mask per batch (numpy over the vector's sorted positions), then the filter
-and projection are applied to what is left, with the same dataset expressions a plain read
-pushes down, so both give the same rows.
+Positions are row numbers within a file, so rows inside a row group are not filtered while
+a file with a vector is read (a filter would shift the positions): row groups are still
+skipped by their statistics against the filter, the ones kept are read in one threaded read
+(they come back in file order, each starting at the position its footer gives), the deleted
+positions are dropped with one boolean mask (numpy over the vector's sorted positions), and
+then the filter and projection are applied to what is left, with the same dataset expressions
+a plain read pushes down, so both give the same rows.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
+from arrowlake.errors import DataFileError
 from arrowlake.io.deletion_vectors import keep_mask
 from arrowlake.io.storage import Storage
 
@@ -43,24 +44,35 @@ def live_batches(storage: Storage, task: FileTask, fragment: ds.ParquetFileFragm
     assert task.deletes is not None
     deleted = task.deletes.positions(storage, task.path)
     starts = row_group_starts(fragment)
-    pieces = fragment.split_by_row_group(filter, schema=file_schema) if filter is not None \
-        else fragment.split_by_row_group(schema=file_schema)
+    if filter is not None:
+        kept = [piece.row_groups[0].id
+                for piece in fragment.split_by_row_group(filter, schema=file_schema)]
+        if not kept:
+            return
+        if len(kept) < len(starts) - 1:
+            fragment = fragment.subset(row_group_ids=kept)
+    else:
+        kept = list(range(len(starts) - 1))
     names = list(dict.fromkeys(read_columns))
-    for piece in pieces:
-        start = int(starts[piece.row_groups[0].id])
-        offset = start
-        for batch in piece.to_batches(columns=names, schema=file_schema, batch_size=batch_size,
-                                      use_threads=False):
-            mask = keep_mask(deleted, offset, batch.num_rows)
-            offset += batch.num_rows
-            if mask is not None:
-                batch = batch.filter(pa.array(mask))
-            if batch.num_rows == 0:
-                continue
-            if filter is None and isinstance(columns, list) and columns == names:
-                yield batch
-                continue
-            # The same projection and filter a plain read pushes into the file, applied to
-            # the rows left.
-            view = ds.dataset(pa.Table.from_batches([batch]))
-            yield from view.to_batches(columns=columns, filter=filter, use_threads=False)
+    # One threaded read of the row groups kept, which come back in file order.
+    rows = fragment.to_table(columns=names, schema=file_schema, use_threads=True)
+    groups = np.asarray(kept, dtype=np.int64)
+    lengths = starts[groups + 1] - starts[groups]
+    if int(lengths.sum()) != rows.num_rows:
+        raise DataFileError(f"{task.path} holds {rows.num_rows} rows in the row groups read, "
+                            f"its footer says {int(lengths.sum())}")
+    # The position of every row read: each kept row group's start, counted on.
+    offsets = np.repeat(starts[groups] - np.concatenate(([0], np.cumsum(lengths)[:-1])),
+                        lengths)
+    mask = keep_mask(deleted, 0, int(starts[-1]))
+    if mask is not None:
+        rows = rows.filter(pa.array(mask[np.arange(rows.num_rows) + offsets]))
+    if rows.num_rows == 0:
+        return
+    if filter is None and isinstance(columns, list) and columns == names:
+        yield from rows.to_batches(max_chunksize=batch_size)
+        return
+    # The same projection and filter a plain read pushes into the file, applied to the rows
+    # left.
+    yield from ds.dataset(rows).to_batches(columns=columns, filter=filter,
+                                           batch_size=batch_size, use_threads=True)
