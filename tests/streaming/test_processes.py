@@ -119,11 +119,11 @@ def test_consumer_killed_with_sigkill_resumes_at_its_last_commit(kind, tmp_path,
 
 
 HOLDER = r"""
-import sys, time, arrowlake as al, arrowlake.streaming.stream as st
+import sys, time, arrowlake as al, arrowlake.streaming.leases as leases
 uri, warehouse, ready, host, lease = sys.argv[1:6]
 if host:
-    st._HOST = host  # as if on another machine: its process id cannot be checked from here
-st.LEASE_SECONDS = float(lease)
+    leases._HOST = host  # as if on another machine: its process id cannot be checked from here
+leases.LEASE_SECONDS = float(lease)
 lake = al.connect(uri, warehouse=warehouse) if warehouse else al.connect(uri)
 table = lake.table("s.events")
 stream = table.stream(consumer="shared", start="earliest", poll_interval=0.05,

@@ -17,9 +17,10 @@ full poll only when something was committed.
 
 Consumers: with ``consumer="id"``, ``commit(snapshot_id)`` records in the metastore that the
 consumer resumes after that snapshot; a stream opened later with the same id starts there. An
-open stream holds its consumer id with a lease in the metastore (:class:`_Lease`): a second
-stream of the same id is refused while the first is open, and a stream whose process died
-gives the id up at once on its own machine, elsewhere when the lease expires.
+open stream holds its consumer id with a lease in the metastore
+(:mod:`arrowlake.streaming.leases`): a second stream of the same id is refused while the first
+is open, and a stream whose process died gives the id up at once on its own machine, elsewhere
+when the lease expires.
 """
 
 from __future__ import annotations
@@ -28,11 +29,8 @@ import asyncio
 import contextlib
 import json
 import math
-import os
-import socket
 import threading
 import time
-import uuid
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
@@ -64,8 +62,7 @@ from arrowlake.io.deletion_vectors import vector_of as dv_vector_of
 from arrowlake.merge.runs import KIND_COLUMN, KIND_FIELD
 from arrowlake.metastore import signals
 from arrowlake.metastore.records import epoch_ms
-from arrowlake.metastore.store import Metastore, check_name
-from arrowlake.metastore.streams import LeaseHolder
+from arrowlake.metastore.store import check_name
 from arrowlake.scan.adapters import adapter
 from arrowlake.scan.planning import (
     TableView,
@@ -77,6 +74,7 @@ from arrowlake.scan.planning import (
 )
 from arrowlake.scan.split import FileTask, MergeSpec, Split
 from arrowlake.schema import field_id, find_field
+from arrowlake.streaming import leases
 from arrowlake.streaming.catchup import NetChangeSplit
 from arrowlake.streaming.change import (
     ROW_KIND_FIELD,
@@ -106,96 +104,6 @@ _SPLIT_BYTES = 128 * 1024 * 1024
 #: When the stream is behind, the files of the next queued snapshots are fetched with one range
 #: query for up to this many of their files (by the snapshots' recorded file counts).
 _BATCH_FILES = 20_000
-
-#: How long a consumer's lease lasts unless renewed; an open stream renews it at a poll or
-#: commit once a quarter of it has passed, and waits at most that long between polls.
-LEASE_SECONDS = 60.0
-
-
-def _where_this_runs() -> str:
-    """The machine and PID namespace this process runs in: where its process id means it."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            boot = f.read().strip()
-        namespace = os.readlink("/proc/self/ns/pid")
-    except OSError:
-        return socket.gethostname()[:255]
-    return f"{socket.gethostname()[:150]} (boot {boot}, {namespace})"
-
-
-_HOST = _where_this_runs()
-
-
-def _holder_alive(lease: Any) -> bool | None:
-    """Whether the stream holding a lease row is alive: False when its process is known to be
-    gone, None when that cannot be told from here (another machine: its lease's expiry
-    decides)."""
-    if lease.host != _HOST:
-        return None
-    if lease.pid == os.getpid():
-        return True  # another open stream of this process
-    try:
-        os.kill(int(lease.pid), 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True  # it exists (another user's process)
-    return True
-
-
-class _Lease:
-    """An open stream's hold on its consumer id (see the module docs). Only the process that
-    took it renews or releases it: forked copies of the stream (DataLoader workers) do not."""
-
-    def __init__(self, metastore: Metastore, table_id: int, consumer: str) -> None:
-        self.metastore, self.table_id, self.consumer = metastore, table_id, consumer
-        self.holder = LeaseHolder(uuid.uuid4().hex, _HOST, os.getpid())
-        self.held = False
-        self.renewed = 0.0
-        self.take()
-
-    @property
-    def ms(self) -> int:
-        return int(LEASE_SECONDS * 1000)
-
-    def _mine(self) -> bool:
-        return os.getpid() == self.holder.pid
-
-    def take(self) -> None:
-        """Hold the consumer id (ConsumerInUse while another open stream holds it)."""
-        self.metastore.acquire_consumer_lease(self.table_id, self.consumer, self.holder,
-                                              self.ms, _holder_alive)
-        self.held, self.renewed = True, time.monotonic()
-
-    def keep(self) -> None:
-        """Before a poll: take the id again if it was given up, renew it when due."""
-        if not self._mine():
-            return
-        if not self.held:
-            self.take()
-        elif time.monotonic() - self.renewed >= LEASE_SECONDS / 4:
-            self.metastore.renew_consumer_lease(self.table_id, self.consumer, self.holder,
-                                                self.ms)
-            self.renewed = time.monotonic()
-
-    def commit(self, next_snapshot: int) -> None:
-        """Record progress (refused once another stream holds the consumer id), renewing the
-        lease while held."""
-        renew = self.held and self._mine()
-        self.metastore.commit_consumer(self.table_id, self.consumer, next_snapshot,
-                                       holder=self.holder, lease_ms=self.ms if renew else None)
-        if renew:
-            self.renewed = time.monotonic()
-
-    def release(self) -> None:
-        if not (self.held and self._mine()):
-            return
-        self.held = False
-        # At interpreter exit or after a dropped table, there may be nothing to release
-        # (the lease then expires, or its process is seen to be gone).
-        with contextlib.suppress(Exception):
-            self.metastore.release_consumer_lease(self.table_id, self.consumer, self.holder)
-
 
 def _seconds(name: str, value: Any) -> float:
     """A number of seconds a stream can wait: finite, >= 0, at most what threads can wait."""
@@ -307,9 +215,9 @@ class Stream:
         self._full_at: int | None = None
         # A consumer's stream holds its id (a read-only metastore cannot record progress, so
         # its streams need no lease), taken before the position it resumes at is read.
-        self._lease: _Lease | None = None
+        self._lease: leases.Lease | None = None
         if consumer is not None and not self._metastore.read_only:
-            self._lease = _Lease(self._metastore, self._table_id, consumer)
+            self._lease = leases.Lease(self._metastore, self._table_id, consumer)
         try:
             self.position = self._resolve_start(start)
         except BaseException:
@@ -547,7 +455,7 @@ class Stream:
         enough to keep its lease)."""
         wait = started + self.poll_interval - time.monotonic()
         if self._lease is not None:
-            wait = min(wait, LEASE_SECONDS / 4)
+            wait = min(wait, leases.LEASE_SECONDS / 4)
         return max(0.0, wait)
 
     def poll(self) -> Change | None:
