@@ -12,7 +12,6 @@ a plain read pushes down, so both give the same rows.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -20,11 +19,8 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from arrowlake.errors import DataFileError
-from arrowlake.io.deletion_vectors import keep_mask
+from arrowlake.io.deletion_vectors import VectorRef, keep_mask
 from arrowlake.io.storage import Storage
-
-if TYPE_CHECKING:
-    from arrowlake.scan.split import FileTask
 
 
 def row_group_starts(fragment: ds.ParquetFileFragment) -> np.ndarray:
@@ -34,15 +30,15 @@ def row_group_starts(fragment: ds.ParquetFileFragment) -> np.ndarray:
     return np.concatenate(([0], np.cumsum(counts, dtype=np.int64)))
 
 
-def live_batches(storage: Storage, task: FileTask, fragment: ds.ParquetFileFragment,
+def live_batches(storage: Storage, path: str, deletes: VectorRef,
+                 fragment: ds.ParquetFileFragment,
                  file_schema: pa.Schema, read_columns: Sequence[str],
                  columns: list[str] | dict[str, pc.Expression], filter: pc.Expression | None,
                  batch_size: int) -> Iterator[pa.RecordBatch]:
     """The rows of one file that its vector does not delete, filtered by ``filter`` and
     projected to ``columns`` (both in the file's own column names, as a plain read takes
     them)."""
-    assert task.deletes is not None
-    deleted = task.deletes.positions(storage, task.path)
+    deleted = deletes.positions(storage, path)
     starts = row_group_starts(fragment)
     if filter is not None:
         kept = [piece.row_groups[0].id
@@ -59,7 +55,7 @@ def live_batches(storage: Storage, task: FileTask, fragment: ds.ParquetFileFragm
     groups = np.asarray(kept, dtype=np.int64)
     lengths = starts[groups + 1] - starts[groups]
     if int(lengths.sum()) != rows.num_rows:
-        raise DataFileError(f"{task.path} holds {rows.num_rows} rows in the row groups read, "
+        raise DataFileError(f"{path} holds {rows.num_rows} rows in the row groups read, "
                             f"its footer says {int(lengths.sum())}")
     # The position of every row read: each kept row group's start, counted on.
     offsets = np.repeat(starts[groups] - np.concatenate(([0], np.cumsum(lengths)[:-1])),

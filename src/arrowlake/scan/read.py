@@ -504,7 +504,9 @@ def _masked(split: Split, group: _GroupRead) -> Iterator[tuple[FileTask, pa.Reco
         return
     fs = split.storage.filesystem()
     for task in group.masked:
-        for batch in live_batches(split.storage, task, _fragment(split.storage, fs, task),
+        assert task.deletes is not None
+        for batch in live_batches(split.storage, task.path, task.deletes,
+                                  _fragment(split.storage, fs, task),
                                   group.file_schema, group.read_columns, group.columns,
                                   group.filter, split.batch_size):
             yield task, batch

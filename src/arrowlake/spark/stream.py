@@ -84,7 +84,8 @@ from arrowlake.spark.types import (
     spark_schema,
     to_spark_batch,
 )
-from arrowlake.streaming.change import ROW_KIND_COLUMN, AnySplit, ChangeSplit
+from arrowlake.streaming.change import AnySplit
+from arrowlake.streaming.splits import ROW_KIND_COLUMN, ChangeSplit
 from arrowlake.streaming.stream import Stream
 from arrowlake.table.staged import (
     StagedWrite,

@@ -25,10 +25,8 @@ import pyarrow.compute as pc
 from arrowlake.expressions import AlwaysTrue, Expr, evaluate
 from arrowlake.merge import ROW_KIND, RowKind
 from arrowlake.scan.split import Split
-from arrowlake.streaming.change import ROW_KIND_FIELD, no_columns
+from arrowlake.streaming.splits import KIND_NAMES, ROW_KIND_FIELD, no_columns
 from arrowlake.table.changelog import diff
-
-_KIND_NAMES = pa.array(["+I", "-U", "+U", "-D"], pa.string())
 
 
 @dataclass(frozen=True)
@@ -67,7 +65,7 @@ class NetChangeSplit:
             changes = changes.filter(evaluate(self.filter, changes))
         arrays = [changes.column(c) for c in self.columns]
         if self.include_row_kind:
-            arrays.append(pc.take(_KIND_NAMES, changes.column(ROW_KIND)))
+            arrays.append(pc.take(KIND_NAMES, changes.column(ROW_KIND)))
         if not arrays:  # columns=[]: the rows, with no columns
             return no_columns(changes.num_rows)
         return pa.Table.from_arrays(arrays, schema=self.output_schema())

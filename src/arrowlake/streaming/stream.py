@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -76,19 +76,11 @@ from arrowlake.scan.split import FileTask, MergeSpec, Split
 from arrowlake.schema import field_id, find_field
 from arrowlake.streaming import leases
 from arrowlake.streaming.catchup import NetChangeSplit
-from arrowlake.streaming.change import (
-    ROW_KIND_FIELD,
-    AnySplit,
-    Change,
-    ChangeSplit,
-    ReferencedChangeSplit,
-)
+from arrowlake.streaming.change import AnySplit, Change
+from arrowlake.streaming.splits import ROW_KIND_FIELD, ChangeSplit, ReferencedChangeSplit
 from arrowlake.streaming.vector_changes import VectorChangeSplit
 from arrowlake.table.changelog import AFTER_COLUMN, REFERENCING_SUMMARY, UNCHANGED, log_schema
-from arrowlake.table.table import register_stream_factory
-
-if TYPE_CHECKING:
-    from arrowlake.table.table import Table
+from arrowlake.table.table import Table, register_stream_factory
 
 #: Snapshot kinds that never change rows (compaction rewrites runs, the rows stay).
 _NO_CHANGE_KINDS = frozenset({"compact"})

@@ -29,10 +29,8 @@ from arrowlake.io.deletion_vectors import VectorRef
 from arrowlake.io.storage import Storage
 from arrowlake.merge import RowKind
 from arrowlake.scan.split import FileTask, Split
-from arrowlake.streaming.change import ROW_KIND_FIELD, no_columns
+from arrowlake.streaming.splits import KIND_NAMES, ROW_KIND_FIELD, no_columns
 from arrowlake.table.key_lookup import match_keys, rows_at
-
-_KIND_NAMES = pa.array(["+I", "-U", "+U", "-D"], pa.string())
 
 
 @dataclass(frozen=True)
@@ -97,7 +95,7 @@ class VectorChangeSplit:
             rows, kinds = rows.filter(keep), kinds[keep.to_numpy(zero_copy_only=False)]
         arrays = [rows.column(c) for c in self.columns]
         if self.include_row_kind:
-            arrays.append(pc.take(_KIND_NAMES, pa.array(kinds)))
+            arrays.append(pc.take(KIND_NAMES, pa.array(kinds)))
         if not arrays:  # columns=[]: the rows, with no columns
             return no_columns(rows.num_rows)
         return pa.Table.from_arrays(arrays, schema=self.output_schema())

@@ -47,7 +47,7 @@ from arrowlake.io.writer import DataFileWriter, close_all
 from arrowlake.merge import ROW_KIND, SEQUENCE, Deduplicate, FirstRow, MergeEngine
 from arrowlake.merge.versions import is_retraction, row_kinds
 from arrowlake.metastore.records import NewFile, NewVector, SnapshotChange, StaleVectors
-from arrowlake.scan.planning import file_tasks
+from arrowlake.scan.planning import TableView, file_tasks
 from arrowlake.scan.split import FileTask
 from arrowlake.table.key_lookup import Matches, locate, match_keys
 from arrowlake.table.pk_options import merge_engine, sequence_field
@@ -55,7 +55,6 @@ from arrowlake.table.sorted_runs import run_groups, start_group_writers
 from arrowlake.table.writes import WriteResult, _discard
 
 if TYPE_CHECKING:
-    from arrowlake.scan.planning import TableView
     from arrowlake.table.table import Table
 
 #: How often a write looks its keys up again after other commits changed its buckets.

@@ -32,7 +32,7 @@ from arrowlake.io.stats import decode_values
 from arrowlake.io.writer import DataFileWriter, close_all
 from arrowlake.merge.versions import sort_by_key
 from arrowlake.metastore.records import NewFile, SnapshotChange
-from arrowlake.scan.planning import file_tasks, make_splits
+from arrowlake.scan.planning import TableView, file_tasks, make_splits
 from arrowlake.scan.read import read_split_table
 from arrowlake.scan.split import FileTask
 from arrowlake.table.compaction import CompactionResult, compaction_options, pick_runs
@@ -41,7 +41,6 @@ from arrowlake.table.sorted_runs import start_group_writers
 from arrowlake.table.writes import _discard
 
 if TYPE_CHECKING:
-    from arrowlake.scan.planning import TableView
     from arrowlake.table.table import Table
 
 @dataclass(frozen=True)
