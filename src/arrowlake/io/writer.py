@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -33,6 +33,8 @@ from arrowlake.io.stats import (
 )
 from arrowlake.io.storage import Storage, discard_after_failure
 from arrowlake.metastore.store import NewFile
+
+_T = TypeVar("_T")
 
 _EXECUTOR_LOCK = threading.Lock()
 _EXECUTOR: ThreadPoolExecutor | None = None
@@ -436,6 +438,20 @@ def close_all(writers: Sequence[DataFileWriter]) -> list[NewFile]:
     with ThreadPoolExecutor(max_workers=min(len(writers), 16),
                             thread_name_prefix="arrowlake-close") as pool:
         return [f for files in pool.map(DataFileWriter.close, writers) for f in files]
+
+
+def write_started(start: Callable[[list[DataFileWriter]], _T]) -> tuple[list[NewFile], _T]:
+    """Call ``start``, which hands rows to writers it appends to the list it is given, then
+    finish every writer; ``(their files, what start returned)``. On any error every writer is
+    aborted (its files deleted) and the error re-raised."""
+    writers: list[DataFileWriter] = []
+    try:
+        started = start(writers)
+        return close_all(writers), started
+    except BaseException:
+        for writer in writers:
+            writer.abort()
+        raise
 
 
 def write_batches(target: FileTarget, batches: Iterable[pa.RecordBatch],

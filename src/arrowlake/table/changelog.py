@@ -53,6 +53,7 @@ from arrowlake.io.writer import (
     dictionary_columns,
     shared_executor,
     split_by_columns,
+    write_started,
 )
 from arrowlake.merge import ROW_KIND, Deduplicate, RowKind
 from arrowlake.merge.bucketing import bucket_of
@@ -140,16 +141,8 @@ def _write_parts(table: Table, parts: Iterable[_Part], *, referencing: bool = Fa
     """One changelog file per part, each handed to the write pool as soon as it is cut, so the
     next part is computed while it is written. ``referencing``: lookup format 2 (see
     :data:`AFTER_COLUMN`)."""
-    writers: list[DataFileWriter] = []
-    files: list[NewFile] = []
-    try:
-        _start_parts(table, parts, writers, referencing=referencing)
-        files = close_all(writers)
-    except BaseException:
-        for writer in writers:
-            writer.abort()
-        _discard(table, files)
-        raise
+    files, _ = write_started(
+        lambda writers: _start_parts(table, parts, writers, referencing=referencing))
     return files
 
 

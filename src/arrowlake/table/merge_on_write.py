@@ -43,7 +43,7 @@ from arrowlake.errors import CommitConflict
 from arrowlake.io import deletion_vectors as dv
 from arrowlake.io import puffin
 from arrowlake.io.stats import encode_partition_value
-from arrowlake.io.writer import DataFileWriter, close_all
+from arrowlake.io.writer import write_started
 from arrowlake.merge import ROW_KIND, SEQUENCE, Deduplicate, FirstRow, MergeEngine
 from arrowlake.merge.versions import is_retraction, row_kinds
 from arrowlake.metastore.records import NewFile, NewVector, SnapshotChange, StaleVectors
@@ -338,14 +338,9 @@ def _write(table: Table, groups: Sequence[_Group]) -> list[NewFile]:
     row-kind column: every row of a merge-on-write file is live until a vector says not)."""
     if not groups:
         return []
-    writers: list[DataFileWriter] = []
-    try:
-        start_group_writers(table, groups, table.schema, writers)
-        return close_all(writers)
-    except BaseException:
-        for writer in writers:
-            writer.abort()
-        raise
+    files, _ = write_started(
+        lambda writers: start_group_writers(table, groups, table.schema, writers))
+    return files
 
 
 def _vectors(table: Table, plan: _Plan) -> tuple[list[NewVector], str | None]:

@@ -17,9 +17,9 @@ from arrowlake.io.writer import (
     DataFileWriter,
     FileTarget,
     WriteOptions,
-    close_all,
     dictionary_columns,
     split_by_columns,
+    write_started,
 )
 from arrowlake.merge import (
     ROW_KIND,
@@ -33,9 +33,6 @@ from arrowlake.metastore.store import NewFile
 from arrowlake.scan.read import constant_column
 from arrowlake.table.pk_options import DEFAULT_BUCKETS, merge_engine, sequence_field
 from arrowlake.table.run_cache import remember_runs
-from arrowlake.table.writes import (
-    _discard,
-)
 
 if TYPE_CHECKING:
     from arrowlake.table.table import Table
@@ -89,16 +86,7 @@ def _run_groups(rows: pa.Table, key: list[str], partition_by: list[str], buckets
 
 def write_runs(table: Table, rows: pa.Table) -> list[NewFile]:
     """Write ``rows`` (table schema + ``_row_kind``) as one sorted run per partition and bucket."""
-    files: list[NewFile] = []
-    writers: list[DataFileWriter] = []
-    try:
-        written = start_runs(table, rows, writers)
-        files = close_all(writers)
-    except BaseException:
-        for writer in writers:
-            writer.abort()
-        _discard(table, files)
-        raise
+    files, written = write_started(lambda writers: start_runs(table, rows, writers))
     remember_runs(table, written)
     return files
 

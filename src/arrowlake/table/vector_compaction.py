@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -29,7 +30,7 @@ import pyarrow as pa
 from arrowlake.errors import CommitConflict
 from arrowlake.expressions import AlwaysTrue
 from arrowlake.io.stats import decode_values
-from arrowlake.io.writer import DataFileWriter, close_all
+from arrowlake.io.writer import write_started
 from arrowlake.merge.versions import sort_by_key
 from arrowlake.metastore.records import NewFile, SnapshotChange
 from arrowlake.scan.planning import TableView, file_tasks, make_splits
@@ -112,7 +113,6 @@ def compact_vectors(table: Table, *, full: bool = False, touched: Iterable[int] 
 def _commit(table: Table, view: TableView, base: int, picks: list[_Pick]) -> CompactionResult:
     rec = table._record
     schema = table.schema
-    writers: list[DataFileWriter] = []
     added: list[NewFile] = []
     try:
         for pick in picks:
@@ -120,13 +120,11 @@ def _commit(table: Table, view: TableView, base: int, picks: list[_Pick]) -> Com
                                 target_bytes=1 << 62)[0]
             rows = sort_by_key(read_split_table(split), list(rec.primary_key))
             group = (_partition_scalars(table, pick.files[0]), pick.files[0].bucket or 0, rows)
-            writers = []
-            start_group_writers(table, [group], schema, writers)
+            files, _ = write_started(partial(start_group_writers, table, [group], schema))
             # The output keeps the sequence range of the files it replaces.
             low = min(f.seq_min or 0 for f in pick.files)
             high = max(f.seq_max or 0 for f in pick.files)
-            added += [replace(f, seq_min=low, seq_max=high) for f in close_all(writers)]
-            writers = []
+            added += [replace(f, seq_min=low, seq_max=high) for f in files]
         removed = [f for pick in picks for f in pick.files]
         change = SnapshotChange(
             kind="compact", schema_id=rec.current_schema_id, add=added,
@@ -140,8 +138,6 @@ def _commit(table: Table, view: TableView, base: int, picks: list[_Pick]) -> Com
             _discard(table, added)
             return CompactionResult(None, dropped=True)
     except BaseException:
-        for writer in writers:
-            writer.abort()
         _discard(table, added)
         raise
     return CompactionResult(result.snapshot_id, len(picks), len(removed), len(added),
