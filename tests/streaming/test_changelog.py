@@ -399,7 +399,7 @@ def test_a_failing_lookup_leaves_the_table_and_its_files_as_they_were(sqlite_lak
     changelog file written so far is deleted and nothing is committed."""
     import os
 
-    from arrowlake.table import changelog
+    from arrowlake.table import lookup_changelog
 
     t = sqlite_lake.create_table("s.t", SCHEMA, primary_key=["k"], buckets=2,
                                  merge_engine=engine, changelog_producer="lookup")
@@ -417,8 +417,8 @@ def test_a_failing_lookup_leaves_the_table_and_its_files_as_they_were(sqlite_lak
         raise OSError("disk gone")
 
     # Both lookup paths: the deduplicate fast path and the merge of the other engines.
-    monkeypatch.setattr(changelog, "_newest_wins_changes", broken)
-    monkeypatch.setattr(changelog, "_merge_units", broken)
+    monkeypatch.setattr(lookup_changelog, "_newest_wins_changes", broken)
+    monkeypatch.setattr(lookup_changelog, "_merge_units", broken)
     with pytest.raises(OSError, match="disk gone"):
         t.upsert({"k": [1, 4], "v": ["x", "d"]})
     monkeypatch.undo()
@@ -439,7 +439,7 @@ def test_lookup_changelogs_of_format_1_still_read(sqlite_lake):
     entry) read as they did, next to format-2 snapshots of the same table."""
     from arrowlake.merge import RowKind
     from arrowlake.metastore.store import SnapshotChange
-    from arrowlake.table import changelog, primary_key, sorted_runs
+    from arrowlake.table import changelog_files, primary_key, sorted_runs
 
     t = sqlite_lake.create_table("s.old", SCHEMA, primary_key=["k"], buckets=2,
                                  changelog_producer="lookup")
@@ -451,7 +451,7 @@ def test_lookup_changelogs_of_format_1_still_read(sqlite_lake):
     rows = primary_key.with_kinds(new, RowKind.INSERT)
     runs = sorted_runs.write_runs(t, rows)
     after = pa.concat_tables([before.filter(pa.compute.equal(before.column("k"), 1)), new])
-    log = changelog._write(t, changelog.diff(before, after, ["k"]))
+    log = changelog_files.write_changelog(t, changelog_files.diff(before, after, ["k"]))
     t._metastore.commit(t._record.table_id, t.current_snapshot_id, SnapshotChange(
         kind="upsert", schema_id=t._record.current_schema_id, add=runs,
         summary={"changelog": "lookup"}, changelog=log))

@@ -79,7 +79,12 @@ from arrowlake.streaming.catchup import NetChangeSplit
 from arrowlake.streaming.change import AnySplit, Change
 from arrowlake.streaming.splits import ROW_KIND_FIELD, ChangeSplit, ReferencedChangeSplit
 from arrowlake.streaming.vector_changes import VectorChangeSplit
-from arrowlake.table.changelog import AFTER_COLUMN, REFERENCING_SUMMARY, UNCHANGED, log_schema
+from arrowlake.table.changelog_files import (
+    AFTER_COLUMN,
+    REFERENCING_SUMMARY,
+    UNCHANGED,
+    log_schema,
+)
 from arrowlake.table.table import Table, register_stream_factory
 
 #: Snapshot kinds that never change rows (compaction rewrites runs, the rows stay).

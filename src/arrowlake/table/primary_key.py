@@ -37,7 +37,7 @@ from arrowlake.merge.runs import row_kinds_from
 from arrowlake.metastore.store import NewFile, SnapshotChange
 from arrowlake.scan.planning import fully_matching, plan_files
 from arrowlake.scan.scan import Scan
-from arrowlake.table import changelog
+from arrowlake.table import changelog, lookup_changelog
 from arrowlake.table.compaction import compact_if_needed, compaction_options
 from arrowlake.table.inputs import batch_stream
 from arrowlake.table.merge_on_write import commit_on_write
@@ -99,7 +99,7 @@ def commit_rows(table: Table, rows: pa.Table, kind: str, *, commit_id: str | Non
     if rows.num_rows == 0:
         return WriteResult(None, kind)
     check_sequence_values(table, rows)
-    logged: changelog.LookupChangelog | None = None
+    logged: lookup_changelog.LookupChangelog | None = None
     if changelog.changelog_producer(table) == "lookup":
         # The lookup reads the new runs' rows, not their files: it runs while they are written.
         writers: list[DataFileWriter] = []
@@ -109,7 +109,7 @@ def commit_rows(table: Table, rows: pa.Table, kind: str, *, commit_id: str | Non
             for writer in writers:
                 writer.abort()
             raise
-        files, logged = changelog.finish_with_lookup(table, base, writers, written)
+        files, logged = lookup_changelog.finish_with_lookup(table, base, writers, written)
     else:
         files = write_runs(table, rows)
     result = changelog.commit_runs(table, kind, base, files, rows, commit_id=commit_id,
