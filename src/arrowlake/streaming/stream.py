@@ -35,7 +35,7 @@ import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -47,44 +47,19 @@ from arrowlake.errors import SnapshotNotFound, ValidationError
 from arrowlake.expressions import (
     AlwaysTrue,
     Expr,
-    and_all,
-    conjuncts,
-    may_match,
-    parse_filter,
-    referenced_columns,
-    rename_columns,
     to_arrow,
     to_expression,
 )
-from arrowlake.io.deletion_vectors import VectorRef
-from arrowlake.io.deletion_vectors import encode as dv_encode
-from arrowlake.io.deletion_vectors import vector_of as dv_vector_of
-from arrowlake.merge.runs import KIND_COLUMN, KIND_FIELD
 from arrowlake.metastore import signals
 from arrowlake.metastore.records import epoch_ms
 from arrowlake.metastore.store import check_name
 from arrowlake.scan.adapters import adapter
-from arrowlake.scan.planning import (
-    TableView,
-    file_schemas,
-    file_stats,
-    file_tasks,
-    group_tasks,
-    plan_files,
-)
-from arrowlake.scan.split import FileTask, MergeSpec, Split
-from arrowlake.schema import field_id, find_field
+from arrowlake.scan.split import MergeSpec
+from arrowlake.schema import find_field
 from arrowlake.streaming import leases
-from arrowlake.streaming.catchup import NetChangeSplit
 from arrowlake.streaming.change import AnySplit, Change
-from arrowlake.streaming.splits import ROW_KIND_FIELD, ChangeSplit, ReferencedChangeSplit
-from arrowlake.streaming.vector_changes import VectorChangeSplit
-from arrowlake.table.changelog_files import (
-    AFTER_COLUMN,
-    REFERENCING_SUMMARY,
-    UNCHANGED,
-    log_schema,
-)
+from arrowlake.streaming.planning import ChangePlanner, Snapshot
+from arrowlake.streaming.splits import ROW_KIND_FIELD
 from arrowlake.table.table import Table, register_stream_factory
 
 #: Snapshot kinds that never change rows (compaction rewrites runs, the rows stay).
@@ -94,8 +69,6 @@ _POLL_BATCH = 1000
 #: The next change is read ahead (while the caller processes the current one) up to this many
 #: rows; larger ones are only planned ahead.
 _PREFETCH_ROWS = 2_000_000
-#: Splits of a change hold up to this many bytes of files.
-_SPLIT_BYTES = 128 * 1024 * 1024
 
 
 #: When the stream is behind, the files of the next queued snapshots are fetched with one range
@@ -110,16 +83,6 @@ def _seconds(name: str, value: Any) -> float:
             f"{name} must be a number of seconds from 0 to {threading.TIMEOUT_MAX:.0f}, got "
             f"{value!r}")
     return float(value)
-
-
-@dataclass(frozen=True)
-class _Snapshot:
-    snapshot_id: int
-    kind: str
-    committed_at: int
-    summary: dict[str, Any]
-    files: int = 0  # files the snapshot added and removed, as its row records
-    schema_id: int | None = None  # the table's schema when the snapshot was committed
 
 
 def _by_snapshot(files: pa.Table, column: str, ids: Sequence[int]) -> list[pa.Table]:
@@ -208,7 +171,9 @@ class Stream:
         out = pa.schema([self._schema.field(c) for c in self._columns])
         self.schema = out.append(ROW_KIND_FIELD) if self.include_row_kind else out
         self._merge: MergeSpec | None = table._merge_spec()
-        self._queue: deque[_Snapshot] = deque()
+        self._planner = ChangePlanner(table, self._expr, self._columns, self.include_row_kind,
+                                      self._keep_buckets, self._merge, self.schema)
+        self._queue: deque[Snapshot] = deque()
         self._full_at: int | None = None
         # A consumer's stream holds its id (a read-only metastore cannot record progress, so
         # its streams need no lease), taken before the position it resumes at is read.
@@ -465,7 +430,7 @@ class Stream:
         if self._full_at is not None:
             snapshot_id, self._full_at = self._full_at, None
             info = self._metastore.snapshot(self._table_id, snapshot_id)
-            return self._full_change(snapshot_id, int(info["committed_at"]))
+            return self._planner.full_change(snapshot_id, int(info["committed_at"]))
         if not self._queue:
             self._fetch()
         threshold = self.catch_up_threshold
@@ -495,13 +460,13 @@ class Stream:
                 "consumer: table.drop_consumer(id) first), and keep consumers committing within "
                 "the table's consumer.expiration")
         self._queue.extend(
-            _Snapshot(int(r["snapshot_id"]), str(r["kind"]), int(r["committed_at"]),
+            Snapshot(int(r["snapshot_id"]), str(r["kind"]), int(r["committed_at"]),
                       json.loads(r["summary"] or "{}"),
                       int(r["added_files"] or 0) + int(r["removed_files"] or 0),
                       None if r["schema_id"] is None else int(r["schema_id"]))
             for r in rows)
 
-    def _files_changed(self, snap: _Snapshot) -> tuple[pa.Table, pa.Table]:
+    def _files_changed(self, snap: Snapshot) -> tuple[pa.Table, pa.Table]:
         """The files ``snap`` added and removed. When more snapshots are queued (the stream is
         behind), one range query fetches the files of the next ones (up to ``_BATCH_FILES``
         files) and splits them per snapshot in Arrow, instead of two queries per snapshot."""
@@ -532,247 +497,6 @@ class Stream:
 
     # -- planning ----------------------------------------------------------------------------
 
-    def _view(self, snapshot_id: int | None) -> TableView:
-        return TableView(self._metastore, self._table._storage, self._record, snapshot_id,
-                         self._schema)
-
-    def _keep(self, files: pa.Table) -> pa.Table:
-        """The files of this stream's shard: by bucket, or by file id on append tables."""
-        if self._keep_buckets is None or files.num_rows == 0:
-            return files
-        by_bucket = self._merge is not None or self._record.deletion_vectors
-        ids = files.column("bucket" if by_bucket else "file_id")
-        return files.filter(pc.fill_null(self._keep_buckets(pc.cast(ids, pa.int64())), False))
-
-    def _prune(self, files: pa.Table) -> pa.Table:
-        """Drop files whose statistics prove no row matches the filter (on key tables, only
-        key conjuncts prune: a run's other columns say nothing about its retractions)."""
-        expr = self._expr
-        if self._merge is not None:
-            keys = set(self._record.primary_key)
-            expr = and_all([c for c in conjuncts(expr) if referenced_columns(c) <= keys])
-        if isinstance(expr, AlwaysTrue) or files.num_rows == 0:
-            return files
-        cols = [c for c in sorted(referenced_columns(expr)) if c in self._schema.names]
-        if not cols:
-            return files
-        stats = file_stats(files, self._schema, cols)
-        return files.filter(pc.fill_null(may_match(expr, stats, self._schema), True))
-
-    def _splits(self, view: TableView, files: pa.Table, *, row_kind: str | None,
-                merged: bool, expr: Expr | None = None) -> list[ChangeSplit]:
-        """Change splits over ``files``: merged per bucket (``merged``), or read as written,
-        with the row-kind column of primary-key runs when ``row_kind`` is None."""
-        if files.num_rows == 0:
-            return []
-        tasks = file_tasks(view, files)
-        schemas = file_schemas(view, tasks)
-        schema = view.schema
-        columns = self._columns
-        merge = self._merge if merged else None
-        if self._merge is not None:
-            schemas = {sid: s.append(KIND_FIELD) for sid, s in schemas.items()}
-        if row_kind is None:
-            schema = schema.append(KIND_FIELD)
-            columns = (*columns, KIND_COLUMN)
-        if expr is None:
-            expr = self._expr
-        groups = group_tasks(tasks, whole_buckets=merge is not None, target_bytes=_SPLIT_BYTES)
-        partition_by = tuple(self._record.partition_by)
-        return [
-            ChangeSplit(
-                Split(view.storage, tuple(group),
-                      {sid: schemas[sid] for sid in {t.schema_id for t in group}}, schema,
-                      columns, expr, None, merge, partition_by=partition_by),
-                row_kind, self.include_row_kind, self._columns)
-            for group in groups
-        ]
-
-    def _change(self, first: int, snap: _Snapshot | None, snapshot_id: int, kind: str,
-                committed_at: int, splits: Sequence[AnySplit]) -> Change:
-        when = datetime.fromtimestamp(committed_at / 1000, UTC)
-        return Change(snapshot_id, kind, when, tuple(splits), self.schema, first)
-
-    def _full_change(self, snapshot_id: int, committed_at: int) -> Change:
-        view = self._view(snapshot_id)
-        files = self._keep(plan_files(view, self._expr))
-        splits = self._splits(view, files, row_kind="+I", merged=self._merge is not None)
-        return self._change(snapshot_id, None, snapshot_id, "full", committed_at, splits)
-
-    def _plan(self, snap: _Snapshot) -> Change | None:
-        """The change of one snapshot, or None when it changed no rows of this stream."""
-        if snap.kind in _NO_CHANGE_KINDS and "changelog" not in snap.summary:
-            return None  # (a full compaction of a full-compaction table has a changelog)
-        sid = snap.snapshot_id
-        added, removed = self._files_changed(snap)
-        kept = self._keep(added)
-        added, removed = self._prune(kept), self._prune(self._keep(removed))
-        view = self._view(sid)
-        splits: list[AnySplit] = []
-        is_log = pc.equal(added.column("content"), "changelog")
-        changelog, added = added.filter(is_log), added.filter(pc.invert(is_log))
-        if self._merge is not None and snap.summary.get(REFERENCING_SUMMARY) is not None:
-            # A lookup changelog that refers to the runs the snapshot added: read by bucket,
-            # with all of its changelog files (pruned by the runs' key ranges).
-            is_run = pc.equal(kept.column("content"), "data")
-            splits += self._referencing_splits(view, kept.filter(pc.invert(is_run)),
-                                               kept.filter(is_run))
-        elif self._merge is not None and (changelog.num_rows or "changelog" in snap.summary):
-            # The table's changelog producer wrote what this snapshot changed.
-            splits += self._splits(view, changelog, row_kind=None, merged=False)
-        elif self._record.deletion_vectors:
-            is_data = pc.equal(added.column("content"), "data")
-            splits += self._vector_changes(snap, view, added.filter(is_data), removed)
-        elif self._merge is not None:
-            if removed.num_rows:
-                # An overwrite of partitions: their rows as they were, retracted.
-                splits += self._splits(self._view(sid - 1), removed, row_kind="-D",
-                                       merged=True)
-            splits += self._splits(view, added, row_kind=None, merged=False)
-        else:
-            splits += self._append_table_splits(snap, view, added, removed)
-        if not splits:
-            return None
-        return self._change(sid, snap, sid, snap.kind, snap.committed_at, splits)
-
-    def _vector_changes(self, snap: _Snapshot, view: TableView, added: pa.Table,
-                        removed: pa.Table) -> list[AnySplit]:
-        """A merge-on-write snapshot's change: the rows at the positions it deleted and the
-        rows of the files it added, paired by key, one split per partition and bucket."""
-        sid = snap.snapshot_id
-        ms, tid = self._metastore, self._table_id
-        grown = ms.vectors_changed(tid, sid)
-        before_view = self._view(sid - 1)
-        touched = ms.live_files(tid, sid - 1, buckets=None) if grown else None
-        gone: list[tuple[FileTask, VectorRef]] = []
-        if touched is not None and touched.num_rows:
-            touched = self._prune(self._keep(touched.filter(
-                pc.is_in(touched.column("file_id"), pa.array(grown, pa.int64())))))
-            tasks = file_tasks(before_view, touched)
-            now = ms.live_vectors(tid, sid, [t.file_id for t in tasks])
-            for task in tasks:
-                new = now[task.file_id]
-                ref = VectorRef(new.cardinality, new.blob, None if new.puffin_path is None
-                                else view.storage.join(view.location, new.puffin_path),
-                                new.blob_offset or 0, new.blob_length or 0, new.added_snapshot)
-                positions = ref.positions(view.storage, task.path)
-                if task.deletes is not None and task.deletes.cardinality:
-                    positions = np.setdiff1d(
-                        positions, task.deletes.positions(view.storage, task.path),
-                        assume_unique=True)
-                if len(positions):
-                    gone.append((replace(task, deletes=None), VectorRef(
-                        len(positions), dv_encode(dv_vector_of(positions)))))
-        new_tasks = file_tasks(view, added)
-        # Files an overwrite removed, with their vectors as of the snapshot before.
-        dropped = file_tasks(before_view, removed) if removed.num_rows else []
-        units: dict[tuple[str | None, int | None],
-                    tuple[list[Any], list[FileTask], list[FileTask]]] = {}
-        for task, ref in gone:
-            units.setdefault((task.partition_values, task.bucket), ([], [], []))[0].append(
-                (task, ref))
-        for task in new_tasks:
-            units.setdefault((task.partition_values, task.bucket), ([], [], []))[1].append(task)
-        for task in dropped:
-            units.setdefault((task.partition_values, task.bucket), ([], [], []))[2].append(task)
-        everything = tuple(self._schema.names)
-        out: list[AnySplit] = []
-        for olds, news, gones in units.values():
-            schemas = file_schemas(before_view, [t for t, _ in olds])
-            after = self._split(view, news, merged=False, columns=everything,
-                                expr=AlwaysTrue()) if news else None
-            before = self._split(before_view, gones, merged=False, columns=everything,
-                                 expr=AlwaysTrue()) if gones else None
-            out.append(VectorChangeSplit(view.storage, tuple(olds), schemas, after, before,
-                                         self._schema, tuple(self._record.primary_key),
-                                         self._columns, self.include_row_kind, self._expr))
-        return out
-
-    def _referencing_splits(self, view: TableView, changelog: pa.Table, runs: pa.Table
-                            ) -> list[AnySplit]:
-        """One split per partition and bucket of a format-2 lookup changelog: the runs the
-        snapshot added there (in key order, the order positions count in) and the changelog
-        files there, if any. A key filter prunes whole buckets by their runs' key ranges: every
-        row of a bucket's change carries the key of one of its runs' rows."""
-        runs = self._prune(runs)
-        if runs.num_rows == 0:
-            return []
-        key = self._record.primary_key
-        log_tasks, run_tasks = file_tasks(view, changelog), file_tasks(view, runs)
-        schemas = file_schemas(view, [*log_tasks, *run_tasks])
-        needed = tuple(self._columns) + tuple(
-            c for c in sorted(referenced_columns(self._expr)) if c not in self._columns)
-        partition_by = tuple(self._record.partition_by)
-        table = self._record.full_name
-        logs: dict[tuple[int | None, int | None], list[FileTask]] = {}
-        for task in log_tasks:
-            logs.setdefault((task.partition_id, task.bucket), []).append(task)
-        by_unit: dict[tuple[int | None, int | None], list[FileTask]] = {}
-        for task in run_tasks:
-            by_unit.setdefault((task.partition_id, task.bucket), []).append(task)
-        out: list[AnySplit] = []
-        for unit, tasks in by_unit.items():
-            tasks.sort(key=lambda t: (t.key_range is None, t.key_range or (), t.file_id))
-            run = Split(view.storage, tuple(tasks),
-                        {t.schema_id: schemas[t.schema_id].append(KIND_FIELD) for t in tasks},
-                        view.schema.append(KIND_FIELD), (*needed, KIND_COLUMN),
-                        partition_by=partition_by, table=table)
-            found = logs.get(unit)
-            log = Split(view.storage, tuple(found),
-                        {t.schema_id: log_schema(schemas[t.schema_id], key) for t in found},
-                        log_schema(view.schema, key), (*needed, KIND_COLUMN, AFTER_COLUMN),
-                        partition_by=partition_by, table=table) if found else None
-            out.append(ReferencedChangeSplit(log, run, needed, AFTER_COLUMN, UNCHANGED,
-                                             self._expr, self.include_row_kind,
-                                             self._columns, view.schema))
-        return out
-
-    def _append_table_splits(self, snap: _Snapshot, view: TableView, added: pa.Table,
-                             removed: pa.Table) -> list[ChangeSplit]:
-        """Append tables: added files as ``+I``. A delete or overwrite records its filter and
-        the files it rewrote: the removed files' rows matching the filter are exactly the rows
-        it removed (``-D``), the rewritten files only carry rows over and yield nothing."""
-        splits: list[ChangeSplit] = []
-        recorded = snap.summary.get("filter")
-        carried = set(snap.summary.get("rewritten_paths", ()))
-        if removed.num_rows:
-            if recorded is not None:
-                removed_by = self._in_current_names(
-                    parse_filter(recorded), snap) if recorded else AlwaysTrue()
-                expr = and_all([removed_by, self._expr])
-            else:
-                expr = self._expr
-            splits += self._splits(self._view(snap.snapshot_id - 1), removed, row_kind="-D",
-                                   merged=False, expr=expr)
-        if carried and added.num_rows:
-            new = pc.invert(pc.is_in(added.column("path"), pa.array(sorted(carried))))
-            added = added.filter(new)
-        splits += self._splits(view, added, row_kind="+I", merged=False)
-        return splits
-
-    def _in_current_names(self, expr: Expr, snap: _Snapshot) -> Expr:
-        """A filter recorded by ``snap`` in the column names of its time, in the names of the
-        schema this stream reads (columns matched by field id: a later rename, or a new column
-        taking an old name, does not change which rows it selects)."""
-        if snap.schema_id is None:
-            return expr
-        then = self._metastore.schema(self._table_id, snap.schema_id)
-        now = {field_id(f): f.name for f in self._schema}
-        mapping: dict[str, str] = {}
-        for name in referenced_columns(expr):
-            top = name.split(".", 1)[0]
-            if top not in then.names:
-                continue
-            current = now.get(field_id(then.field(top)))
-            if current is None:
-                raise ValidationError(
-                    f"Snapshot {snap.snapshot_id} of table {self._table.name} deleted rows by "
-                    f"column '{top}', which has been dropped since: its removed rows cannot be "
-                    "told apart any more. Start the stream after that snapshot (start='latest' "
-                    "or a later snapshot id)")
-            mapping[name] = current + name[len(top):]
-        return rename_columns(expr, mapping) if mapping else expr
-
     # -- catch-up ----------------------------------------------------------------------------
 
     def _catch_up(self) -> Change | None:
@@ -801,13 +525,14 @@ class Stream:
         if skipped and added.num_rows:
             added = added.filter(pc.invert(pc.is_in(added.column("added_snapshot"),
                                                     pa.array(skipped, pa.int64()))))
-        added = self._prune(self._keep(added))
+        added = self._planner.prune(self._planner.keep(added))
         if self._merge is not None:
-            splits: list[AnySplit] = self._net_change_splits(start, end, added)
+            splits: list[AnySplit] = self._planner.net_change_splits(start, end, added)
         else:
             if any(r["kind"] not in ("append", *_NO_CHANGE_KINDS) for r in snaps):
                 return None
-            splits = list(self._splits(self._view(end), added, row_kind="+I", merged=False))
+            splits = list(self._planner.splits(self._planner.view(end), added, row_kind="+I",
+                                               merged=False))
         self._queue.clear()
         for future in self._prefetched.values():
             future.cancel()
@@ -821,71 +546,14 @@ class Stream:
                                                                UTC),
                       tuple(splits), self.schema, start + 1)
 
-    def _net_change_splits(self, start: int, end: int, added: pa.Table) -> list[AnySplit]:
-        if added.num_rows == 0:
-            return []
-        ms, tid = self._metastore, self._table_id
+    def _plan(self, snap: Snapshot) -> Change | None:
+        """The change of one snapshot, or None when it changed no rows of this stream."""
+        if snap.kind in _NO_CHANGE_KINDS and "changelog" not in snap.summary:
+            return None  # (a full compaction of a full-compaction table has a changelog)
+        added, removed = self._files_changed(snap)
+        return self._planner.plan(snap, added, removed)
 
-        def unit_ids(files: pa.Table) -> pa.Array:
-            # (partition, bucket) as one integer; unpartitioned tables have null partitions.
-            pid = pc.cast(pc.fill_null(files.column("partition_id"), -1), pa.int64())
-            bucket = pc.cast(pc.fill_null(files.column("bucket"), 0), pa.int64())
-            return pc.add(pc.multiply(pc.add(pid, 1), 1 << 32), bucket)
-
-        touched_units = pc.unique(unit_ids(added))
-
-        def in_touched(files: pa.Table) -> pa.Table:
-            if files.num_rows == 0:
-                return files
-            return files.filter(pc.is_in(unit_ids(files), touched_units))
-
-        before_files = in_touched(ms.live_files(tid, start)) if start > 0 else None
-        after_files = in_touched(ms.live_files(tid, end))
-        views = {"after": self._view(end), "before": self._view(start)}
-        groups: dict[int, dict[str, list[Any]]] = {}
-        for name, files in (("after", after_files), ("before", before_files)):
-            if files is None or files.num_rows == 0:
-                continue
-            units = unit_ids(files).to_pylist()
-            for unit, task in zip(units, file_tasks(views[name], files), strict=True):
-                groups.setdefault(unit, {}).setdefault(name, []).append(task)
-        key = tuple(self._record.primary_key)
-        everything = tuple(self._schema.names)
-        packed: list[dict[str, list[Any]]] = []
-        size = 0
-        for unit in sorted(groups):
-            parts = groups[unit]
-            unit_size = sum(t.file_size for tasks in parts.values() for t in tasks)
-            if not packed or size + unit_size > _SPLIT_BYTES:
-                packed.append({})
-                size = 0
-            for name, tasks in parts.items():
-                packed[-1].setdefault(name, []).extend(tasks)
-            size += unit_size
-        out: list[AnySplit] = []
-        for parts in packed:
-            before = self._split(views["before"], parts["before"], merged=True,
-                                 columns=everything, expr=AlwaysTrue()) \
-                if parts.get("before") else None
-            after = self._split(views["after"], parts["after"], merged=True,
-                                columns=everything, expr=AlwaysTrue()) \
-                if parts.get("after") else None
-            out.append(NetChangeSplit(before, after, key, self._columns,
-                                      self.include_row_kind, self._expr))
-        return out
-
-    def _split(self, view: TableView, tasks: Sequence[Any], *, merged: bool,
-               columns: Sequence[str], expr: Expr) -> Split:
-        schemas = file_schemas(view, tasks)
-        if self._merge is not None:
-            schemas = {sid: s.append(KIND_FIELD) for sid, s in schemas.items()}
-        return Split(view.storage, tuple(tasks), schemas, view.schema, tuple(columns), expr,
-                     None, self._merge if merged else None,
-                     partition_by=tuple(self._record.partition_by))
-
-    # -- prefetch ----------------------------------------------------------------------------
-
-    def _take_planned(self, snap: _Snapshot) -> Change | None:
+    def _take_planned(self, snap: Snapshot) -> Change | None:
         future = self._prefetched.pop(snap.snapshot_id, None)
         if future is not None:
             return future.result()
@@ -902,7 +570,7 @@ class Stream:
             self._pool = ThreadPoolExecutor(1, thread_name_prefix="arrowlake-stream")
         self._prefetched[nxt.snapshot_id] = self._pool.submit(self._plan_ahead, nxt)
 
-    def _plan_ahead(self, snap: _Snapshot) -> Change | None:
+    def _plan_ahead(self, snap: Snapshot) -> Change | None:
         """Plan a snapshot and, when its files hold at most ``_PREFETCH_ROWS`` rows, read it."""
         change = self._plan(snap)
         if change is None or change.row_count > _PREFETCH_ROWS or self._closed:
