@@ -27,8 +27,9 @@ the whole table as of ``e``, as ``+I`` rows. Options:
   streaming reads alike and without telling the source which one it is, so the column is an
   option rather than the default of streams; a schema given with ``.schema(...)`` that
   contains ``_row_kind`` has the same effect.
-- ``columns``: the columns to read (comma-separated). The batch option ``filter`` is refused:
-  filter a stream's rows with ``.where(...)``.
+- ``columns`` (comma-separated) and ``filter`` (an arrowlake filter) as for batch reads: only
+  those columns are read, and the filter prunes the files of each change and drops the rows
+  it does not match, as ``Table.stream(filter=...)`` does.
 
 Writing: each micro-batch is staged by the tasks (:func:`arrowlake.table.staged.stage`) and
 committed once on the driver with the commit id ``spark-stream:<query id>:<batch id>``; the
@@ -72,6 +73,7 @@ from arrowlake.lazy import lazy_module
 from arrowlake.scan.split import Split
 from arrowlake.spark.source import (
     FORMAT,
+    ReadOptions,
     StagedMessage,
     open_table,
     plan_splits,
@@ -165,10 +167,9 @@ class ArrowlakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 f"Option startingSnapshot must be full, latest, earliest or a snapshot id, "
                 f"got {start!r}")
         self.start = start
-        if self.options.get("filter"):
-            raise ValidationError(
-                "Option filter is for batch reads (spark.read); filter a stream's rows with "
-                ".where(...)")
+        # As for batch reads: the filter prunes the files of each change and drops the rows it
+        # does not match (the source takes no filter pushed by Spark, see source.py).
+        self.filter = ReadOptions.from_options(self.options).filter
         self._table: Table | None = open_table(self.options)
 
     @property
@@ -189,7 +190,7 @@ class ArrowlakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def _stream(self, after: int) -> streams.Stream:
         """A stream of the changes after snapshot ``after`` (one change per snapshot)."""
         return streams.Stream(self.table, start=after + 1,
-                              include_row_kind=self.include_row_kind,
+                              include_row_kind=self.include_row_kind, filter=self.filter,
                               columns=self.columns, catch_up_threshold=None, prefetch=False)
 
     # -- offsets ---------------------------------------------------------------------------
@@ -286,7 +287,7 @@ class ArrowlakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             return []
         splits: list[AnySplit] = []
         if first == BEFORE_FULL:
-            scan = self.table.scan(None, list(self.columns), snapshot=last)
+            scan = self.table.scan(self.filter, list(self.columns), snapshot=last)
             full: list[Split] = plan_splits(scan)
             splits += [ChangeSplit(s, "+I", self.include_row_kind, self.columns) for s in full]
         else:
