@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -64,3 +65,5 @@ def test_a_lazy_module_is_imported_on_first_use_only():
     errors = lazy_module("arrowlake.errors")
     assert errors.ValidationError is arrowlake.ValidationError
     assert "(imported)" in repr(errors)
+    again = pickle.loads(pickle.dumps(probe))  # as a name: it imports nothing
+    assert "not imported yet" in repr(again)

@@ -36,6 +36,10 @@ class LazyModule:
             module = self._module = importlib.import_module(self._name)
         return getattr(module, attr)
 
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        # A function pickled by value (cloudpickle) may carry one: it travels as its name.
+        return lazy_module, (self._name,)
+
     def __repr__(self) -> str:
         state = "imported" if self._module is not None else "not imported yet"
         return f"<lazy module {self._name!r} ({state})>"
