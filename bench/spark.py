@@ -36,12 +36,19 @@ PySpark issue sets targets for:
   a zstd table against Spark writing zstd (and, for reference, Spark's default snappy), a
   snappy table against snappy; the first write of each kind in the session is timed on its own
   (Python worker start-up, JVM code generation) so that steady-state rows do not depend on
-  their order.
+  their order;
+- worker start-up: a fresh Python process doing what an executor's Python worker does to
+  read a split (PySpark's daemon has imported ``pyspark.worker`` before it forks one; the
+  worker unpickles the read function planned on the driver, with arrowlake's reader, and the
+  partition, and reads it), timed to its first batch, against ``python -c "import
+  pyarrow.parquet"``. Target: arrowlake's part (unpickling, which imports arrowlake, and the
+  first batch) <= 0.3 s.
 
     python bench/spark.py [--rows 10000000] [--runs 3] [--only reads,pushdown]
 
 ``--only`` runs some sections: ``writes``, ``reads`` (append table), ``pushdown``, ``pk``
-(primary-key table), ``dv`` (primary-key table with deletion vectors). The read sections
+(primary-key table), ``dv`` (primary-key table with deletion vectors), ``startup`` (worker
+start-up). The read sections
 need data: without ``writes``, the append table and its Parquet copy are written once, untimed.
 """
 
@@ -168,7 +175,59 @@ def mib(where) -> str:
         size = pc.sum(where.files()["file_size"]).as_py() or 0
     return f"{size / 2**20:.1f} MiB"
 
-SECTIONS = ("writes", "reads", "pushdown", "pk", "dv")
+#: What an executor's Python worker runs to read a split, after PySpark's daemon forked it
+#: (the daemon has imported pyspark.worker): prints arrowlake's part of the time, unpickling
+#: the planned read function (which imports arrowlake) and the partition to the first batch.
+WORKER = """
+import sys, time
+import pyspark.worker
+from pyspark.worker_util import pickleSer
+import pyarrow as pa
+start = time.perf_counter()
+with open(sys.argv[1] + ".command", "rb") as f:
+    read, _ = pickleSer.loads(f.read())
+with pa.ipc.open_stream(sys.argv[1] + ".partition") as stream:
+    next(read(iter(list(stream))))
+print(time.perf_counter() - start)
+"""
+
+
+def plan_worker_read(lake_path: str, table: str, prefix: Path) -> None:
+    """Plan a read of ``table`` as PySpark's planning worker does; the pickled read function
+    and the first partition (as the JVM sends it: an Arrow stream) go to files at ``prefix``."""
+    import io
+
+    from pyspark.serializers import read_int
+    from pyspark.sql.datasource import CaseInsensitiveDict
+    from pyspark.sql.worker.plan_data_source_read import write_read_func_and_partitions
+
+    from arrowlake.spark.stream import ArrowlakeDataSource
+
+    source = ArrowlakeDataSource(CaseInsensitiveDict({"lake": lake_path, "path": table}))
+    schema = source.schema()
+    out = io.BytesIO()
+    write_read_func_and_partitions(out, reader=source.reader(schema), data_source=source,
+                                   schema=schema, max_arrow_batch_size=10_000,
+                                   binary_as_bytes=True)
+    planned = io.BytesIO(out.getvalue())
+    Path(f"{prefix}.command").write_bytes(planned.read(read_int(planned)))
+    read_int(planned)  # the number of partitions
+    batch = pa.record_batch({"partition": pa.array([planned.read(read_int(planned))],
+                                                   pa.binary())})
+    with pa.ipc.new_stream(f"{prefix}.partition", batch.schema) as writer:
+        writer.write_batch(batch)
+
+
+def fresh_process(args: list[str]) -> tuple[float, str]:
+    """Wall time of a fresh Python process running ``args``, and what it printed."""
+    import subprocess
+
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, *args], capture_output=True, text=True, check=True)
+    return time.perf_counter() - start, done.stdout
+
+
+SECTIONS = ("writes", "reads", "pushdown", "pk", "dv", "startup")
 
 SCHEMA = pa.schema([("id", pa.int64()), ("qty", pa.int32()), ("amount", pa.float64()),
                     ("customer", pa.string()), ("day", pa.string())])
@@ -372,6 +431,31 @@ def main() -> None:
             print("full aggregate reading every column, same table", flush=True)
             compare(aggregate_all, live, "spark.read.parquet (copy of live rows)",
                     "bench.users_dv", plain=False, columns=False, fast_target=0.8)
+
+        # -- worker start-up -------------------------------------------------------------------
+        if "startup" in only:
+            print("worker start-up: a fresh Python process to the first batch of a split",
+                  flush=True)
+            startup = lake.create_table("bench.startup", SCHEMA)
+            startup.append(generated(spark, 100_000).toArrow().cast(SCHEMA))
+            prefix = root / "startup"
+            plan_worker_read(lake_path, "bench.startup", prefix)
+            times = max(runs, 5)
+            baseline = statistics.median(
+                fresh_process(["-c", "import pyarrow.parquet"])[0] for _ in range(times))
+            walls, parts = [], []
+            for _ in range(times):
+                wall, out = fresh_process(["-c", WORKER, str(prefix)])
+                walls.append(wall)
+                parts.append(float(out))
+            wall, part = statistics.median(walls), statistics.median(parts)
+            for label, seconds, note in (
+                    ("reference: python -c 'import pyarrow.parquet'", baseline, ""),
+                    ("worker: fresh process to the first batch of a split", wall,
+                     f"({wall - baseline:+.2f} s over the reference)"),
+                    ("  of which arrowlake: unpickle the read, first batch", part,
+                     "(target <= 0.3)")):
+                print(f"  {label:<58} {seconds:7.2f} s {note}", flush=True)
 
     finally:
         spark.stop()

@@ -20,7 +20,7 @@ import arrowlake
 #: Lowest first. A module may import modules of its own layer and of the layers before it.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("pure", ("arrowlake.errors", "arrowlake.schema", "arrowlake.expressions",
-              "arrowlake.pandas_arrow")),
+              "arrowlake.pandas_arrow", "arrowlake.lazy")),
     ("metastore", ("arrowlake.metastore",)),
     ("io", ("arrowlake.io",)),
     ("merge", ("arrowlake.merge",)),
@@ -28,11 +28,13 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("table", ("arrowlake.table",)),
     ("streaming", ("arrowlake.streaming",)),
     ("integrations", ("arrowlake.integrations",)),
+    # Scan.to_dask()/to_torch() reach them through scan/adapters.py; lake.py imports them so
+    # that every scan of a lake's tables has them.
+    ("scan adapters", ("arrowlake.dask", "arrowlake.torch")),
     # lake.py creates tables, and Lake.from_pandas calls integrations/pandas.py.
     ("entry", ("arrowlake.lake",)),
-    # Engine adapters; Scan.to_dask()/to_torch() reach them through scan/adapters.py.
-    ("adapters", ("arrowlake.cli", "arrowlake.spark", "arrowlake.dask", "arrowlake.torch",
-                  "arrowlake.flight")),
+    # Engine adapters.
+    ("adapters", ("arrowlake.cli", "arrowlake.spark", "arrowlake.flight")),
     # arrowlake/__init__.py: the public names, re-exported from every layer.
     ("package", ("arrowlake",)),
 ]
@@ -60,7 +62,7 @@ class Import:
     source: str  # the importing module
     target: str  # the imported arrowlake module
     line: int
-    where: str  # "module", "type-checking" or "function"
+    where: str  # "module", "type-checking", "lazy" (arrowlake.lazy.lazy_module) or "function"
 
 
 def module_names(package_dir: Path) -> dict[str, Path]:
@@ -106,6 +108,13 @@ def imports_of(module: str, source: str, known: set[str], is_package: bool = Fal
             for alias in node.names:
                 sub = f"{base}.{alias.name}"
                 add(sub if sub in known else base, node.lineno, where)
+        elif (isinstance(node, ast.Call) and node.args
+              and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)
+              and (getattr(node.func, "id", None) == "lazy_module"
+                   or getattr(node.func, "attr", None) == "lazy_module")):
+            # A module imported on first use (arrowlake.lazy): placed like any import, but not
+            # run when the module loads, so no part of a cycle.
+            add(node.args[0].value, node.lineno, "lazy" if where == "module" else where)
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             where = "function"
         for child in ast.iter_child_nodes(node):
@@ -235,6 +244,20 @@ def test_checker_reports_upward_imports_for_type_checking_and_in_functions():
     assert [(i.target, i.where) for i in found] == [
         ("arrowlake.table.table", "type-checking"), ("arrowlake.scan.read", "function")]
     assert len(upward(found)) == 2
+
+
+def test_checker_places_lazy_modules_like_imports_but_outside_cycles():
+    source = ("from arrowlake.lazy import lazy_module\n"
+              "tables = lazy_module('arrowlake.table.table')\n"
+              "storage = lazy_module('arrowlake.io.storage')\n")
+    found = imports_of("arrowlake.scan.read", source, KNOWN | {"arrowlake.lazy"})
+    assert [(i.target, i.where) for i in found] == [
+        ("arrowlake.lazy", "module"), ("arrowlake.table.table", "lazy"),
+        ("arrowlake.io.storage", "lazy")]
+    assert upward(found) == [
+        "arrowlake.scan.read:2 (scan) imports arrowlake.table.table (table) [lazy]"]
+    back = Import("arrowlake.io.storage", "arrowlake.scan.read", 1, "module")
+    assert cycles([*found, back]) == []
 
 
 def test_checker_reports_function_level_imports_even_of_lower_layers():

@@ -11,6 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+# Imported for what importing them installs: Table.stream() (arrowlake.streaming.stream) and
+# Scan.to_dask()/to_torch() (the adapters register themselves), so every table of a lake has
+# its whole API however arrowlake was imported (``import arrowlake`` imports nothing).
+from arrowlake import dask as _dask  # noqa: F401
+from arrowlake import torch as _torch  # noqa: F401
 from arrowlake.errors import (
     InvalidName,
     ReadOnlyLake,
@@ -33,6 +38,7 @@ from arrowlake.schema import (
     schema_without_views,
     validate_schema,
 )
+from arrowlake.streaming import stream as _stream  # noqa: F401
 from arrowlake.table.maintenance import metastore_files, own_files
 from arrowlake.table.pk_options import validate_pk_options, validate_properties
 from arrowlake.table.table import Table

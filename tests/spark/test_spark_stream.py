@@ -275,11 +275,32 @@ def test_a_query_killed_and_restarted_from_its_checkpoint_writes_every_row_once(
     assert ids == list(range(105))
 
 
-def test_the_batch_filter_option_is_refused_by_streams(lake_path):
-    from arrowlake.spark.stream import ArrowlakeStreamReader, stream_schema
-
+def test_streams_prune_by_the_filter_option_and_read_only_the_columns_asked_for(
+        spark, lake_path, tmp_path):
+    """As batch reads: ``filter`` prunes each change's files (a partition whose file is gone
+    is never opened) and drops the rows it does not match; ``columns`` are all that is read."""
     lake = al.connect(lake_path)
-    lake.create_table("shop.orders", ORDERS)
-    options = {"lake": str(lake_path), "path": "shop.orders", "filter": "amount > 1"}
-    with pytest.raises(al.ValidationError, match="filter is for batch reads"):
-        ArrowlakeStreamReader(options, stream_schema(options))
+    t = lake.create_table("shop.parts", ORDERS, partition_by=["day"])
+    t.append(pa.concat_tables([orders(range(3), "d1", 1), orders(range(3, 6), "d1", 5),
+                               orders(range(6, 9), "d2", 5)]))
+    options = dict(filter="day = 'd1' and amount > 1", columns="amount,order_id",
+                   includeRowKind="true")
+    df = source(spark, lake_path, "shop.parts", **options)
+    assert df.schema.fieldNames() == ["amount", "order_id", "_row_kind"]
+    ck = tmp_path / "ck"
+    [first] = collect_batches(df, ck)
+    assert sorted(r["order_id"] for r in first) == [3, 4, 5]
+    t.append(pa.concat_tables([orders([10], "d1", 9), orders([11], "d1", 0),
+                               orders([12], "d2", 9)]))
+    t.delete("order_id = 4")
+    # The d2 files are gone: a read that opened them would fail, a pruned read never does.
+    for path in t.files().column("path").to_pylist():
+        if "d2" in path:
+            os.remove(path.removeprefix("file://"))
+    batches = collect_batches(source(spark, lake_path, "shop.parts", maxSnapshotsPerTrigger=1,
+                                     **options), ck)
+    assert [sorted((r["order_id"], r["amount"], r["_row_kind"]) for r in b)
+            for b in batches] == [[(10, 9, "+I")], [(4, 5, "-D")]]
+    with pytest.raises(Exception, match="cannot be read"):  # unfiltered, they are opened
+        collect_batches(source(spark, lake_path, "shop.parts", columns="order_id"),
+                        tmp_path / "unfiltered")

@@ -12,21 +12,37 @@ needed (see :mod:`arrowlake.spark.fast`).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from arrowlake.errors import require
+from arrowlake.lazy import lazy_exports, lazy_module
 
 require("pyspark", "spark", "arrowlake.spark")
 
-from arrowlake.spark.fast import FastReadPlan, plan_read, read  # noqa: E402
-from arrowlake.spark.source import FORMAT  # noqa: E402
-from arrowlake.spark.stream import ArrowlakeDataSource, foreach_batch_sink  # noqa: E402
+if TYPE_CHECKING:
+    from arrowlake.spark import stream as _stream
+    from arrowlake.spark.fast import FastReadPlan, plan_read, read
+    from arrowlake.spark.source import FORMAT
+    from arrowlake.spark.stream import ArrowlakeDataSource, foreach_batch_sink
+else:
+    _stream = lazy_module("arrowlake.spark.stream")
+
+# Imported on first use: an executor's Python worker that reads splits imports
+# arrowlake.spark.stream (the source class) and no more.
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "ArrowlakeDataSource": "arrowlake.spark.stream",
+    "FORMAT": "arrowlake.spark.source",
+    "FastReadPlan": "arrowlake.spark.fast",
+    "foreach_batch_sink": "arrowlake.spark.stream",
+    "plan_read": "arrowlake.spark.fast",
+    "read": "arrowlake.spark.fast",
+})
 
 
 def register(spark: Any) -> None:
     """Register the ``arrowlake`` format with ``spark`` (not needed when PySpark finds
     ``pyspark_arrowlake`` on its own, which it does wherever arrowlake is installed)."""
-    spark.dataSource.register(ArrowlakeDataSource)
+    spark.dataSource.register(_stream.ArrowlakeDataSource)
 
 
 __all__ = ["FORMAT", "ArrowlakeDataSource", "FastReadPlan", "foreach_batch_sink", "plan_read",

@@ -52,10 +52,9 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import sqlalchemy as sa
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
@@ -68,8 +67,7 @@ from pyspark.sql.types import StructType
 from arrowlake.errors import NotFound, ValidationError
 from arrowlake.expressions import Expr, to_expression
 from arrowlake.io.storage import normalize_location
-from arrowlake.lake import Lake, connect
-from arrowlake.scan.scan import Scan
+from arrowlake.lazy import lazy_module
 from arrowlake.scan.split import Split
 from arrowlake.spark.types import (
     from_spark_batch,
@@ -77,17 +75,21 @@ from arrowlake.spark.types import (
     spark_schema,
     to_spark_batch,
 )
-from arrowlake.table.staged import (
-    StagedWrite,
-    WriteMode,
-    WriteTarget,
-    check_mode,
-    commit_staged,
-    discard_staged,
-    stage,
-    write_target,
-)
-from arrowlake.table.table import Table
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+
+    from arrowlake import lake as lakes
+    from arrowlake.scan.scan import Scan
+    from arrowlake.table import staged as staging
+    from arrowlake.table.staged import StagedWrite, WriteMode, WriteTarget
+    from arrowlake.table.table import Table
+else:
+    # What only the driver runs (the metastore, planning, committing), imported on first use:
+    # an executor's Python worker imports this module to read a split and never needs them.
+    sa = lazy_module("sqlalchemy")
+    lakes = lazy_module("arrowlake.lake")
+    staging = lazy_module("arrowlake.table.staged")
 
 FORMAT = "arrowlake"
 #: An internal option: pickled splits planned by arrowlake.spark.fast, read as they are.
@@ -137,7 +139,7 @@ class LakeOptions:
         return cls.create(str(uri), options.get("warehouse") or None, storage)
 
 
-_LAKES: dict[LakeOptions, Lake] = {}
+_LAKES: dict[LakeOptions, lakes.Lake] = {}
 _LAKES_LOCK = threading.Lock()
 
 
@@ -159,14 +161,14 @@ def _require_lake(uri: str) -> None:
             "is made with arrowlake.connect(...) or 'arrowlake import --create'")
 
 
-def open_lake(where: LakeOptions) -> Lake:
+def open_lake(where: LakeOptions) -> lakes.Lake:
     """The lake, connected once per process; a lake that does not exist is refused."""
     with _LAKES_LOCK:
         lake = _LAKES.get(where)
         if lake is None:
             _require_lake(where.uri)
-            lake = connect(where.uri, warehouse=where.warehouse,
-                           storage_options=json.loads(where.storage_json) or None)
+            lake = lakes.connect(where.uri, warehouse=where.warehouse,
+                                 storage_options=json.loads(where.storage_json) or None)
             _LAKES[where] = lake
         return lake
 
@@ -349,8 +351,8 @@ class ArrowlakeWriter(DataSourceArrowWriter):
         self.row_kind = str(options.get("rowkind") or "op")
         self.commit_id = options.get("commitid") or None
         table = open_table(options)
-        check_mode(table, self.mode, self.replace_where)
-        self.target: WriteTarget = write_target(table)
+        staging.check_mode(table, self.mode, self.replace_where)
+        self.target: WriteTarget = staging.write_target(table)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedMessage:
         from pyspark import TaskContext
@@ -359,24 +361,24 @@ class ArrowlakeWriter(DataSourceArrowWriter):
         order = context.partitionId() if context is not None else 0
         first = next(iterator, None)
         if first is None:
-            return StagedMessage(StagedWrite((), 0, order))
+            return StagedMessage(staging.StagedWrite((), 0, order))
         schema = self.target.schema
         head = from_spark_batch(first, schema)
         reader = pa.RecordBatchReader.from_batches(head.schema, _chain(head, (
             from_spark_batch(b, schema) for b in iterator)))
-        return StagedMessage(stage(self.target, reader, self.mode,
-                                   replace_where=self.replace_where, row_kind=self.row_kind,
-                                   order=order))
+        return StagedMessage(staging.stage(self.target, reader, self.mode,
+                                           replace_where=self.replace_where,
+                                           row_kind=self.row_kind, order=order))
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         staged = [m.staged for m in messages if isinstance(m, StagedMessage)]
         table = open_table(self.options)
-        commit_staged(table, staged, self.mode, replace_where=self.replace_where,
-                      commit_id=self.commit_id)
+        staging.commit_staged(table, staged, self.mode, replace_where=self.replace_where,
+                              commit_id=self.commit_id)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        discard_staged(self.target, [m.staged for m in messages
-                                     if isinstance(m, StagedMessage)])
+        staging.discard_staged(self.target, [m.staged for m in messages
+                                             if isinstance(m, StagedMessage)])
 
 
 def _chain(first: pa.RecordBatch, rest: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -27,8 +27,9 @@ the whole table as of ``e``, as ``+I`` rows. Options:
   streaming reads alike and without telling the source which one it is, so the column is an
   option rather than the default of streams; a schema given with ``.schema(...)`` that
   contains ``_row_kind`` has the same effect.
-- ``columns``: the columns to read (comma-separated). The batch option ``filter`` is refused:
-  filter a stream's rows with ``.where(...)``.
+- ``columns`` (comma-separated) and ``filter`` (an arrowlake filter) as for batch reads: only
+  those columns are read, and the filter prunes the files of each change and drops the rows
+  it does not match, as ``Table.stream(filter=...)`` does.
 
 Writing: each micro-batch is staged by the tasks (:func:`arrowlake.table.staged.stage`) and
 committed once on the driver with the commit id ``spark-stream:<query id>:<batch id>``; the
@@ -48,7 +49,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -68,9 +69,11 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StringType, StructField, StructType
 
 from arrowlake.errors import ValidationError
+from arrowlake.lazy import lazy_module
 from arrowlake.scan.split import Split
 from arrowlake.spark.source import (
     FORMAT,
+    ReadOptions,
     StagedMessage,
     open_table,
     plan_splits,
@@ -84,20 +87,19 @@ from arrowlake.spark.types import (
     spark_schema,
     to_spark_batch,
 )
-from arrowlake.streaming.change import AnySplit
 from arrowlake.streaming.splits import ROW_KIND_COLUMN, ChangeSplit
-from arrowlake.streaming.stream import Stream
-from arrowlake.table.staged import (
-    StagedWrite,
-    WriteMode,
-    WriteTarget,
-    check_mode,
-    commit_staged,
-    discard_staged,
-    stage,
-    write_target,
-)
-from arrowlake.table.table import Table
+
+if TYPE_CHECKING:
+    from arrowlake.streaming import stream as streams
+    from arrowlake.streaming.change import AnySplit
+    from arrowlake.table import staged as staging
+    from arrowlake.table.staged import StagedWrite, WriteMode, WriteTarget
+    from arrowlake.table.table import Table
+else:
+    # What only the driver runs (planning changes, committing), imported on first use: an
+    # executor's Python worker imports this module to read a split and never needs them.
+    streams = lazy_module("arrowlake.streaming.stream")
+    staging = lazy_module("arrowlake.table.staged")
 
 #: The offset before the first batch of a ``full`` start: the first batch reads the table.
 BEFORE_FULL = -1
@@ -165,10 +167,9 @@ class ArrowlakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 f"Option startingSnapshot must be full, latest, earliest or a snapshot id, "
                 f"got {start!r}")
         self.start = start
-        if self.options.get("filter"):
-            raise ValidationError(
-                "Option filter is for batch reads (spark.read); filter a stream's rows with "
-                ".where(...)")
+        # As for batch reads: the filter prunes the files of each change and drops the rows it
+        # does not match (the source takes no filter pushed by Spark, see source.py).
+        self.filter = ReadOptions.from_options(self.options).filter
         self._table: Table | None = open_table(self.options)
 
     @property
@@ -186,10 +187,11 @@ class ArrowlakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         current = table._metastore.current_snapshot_id(table._record.table_id)
         return 0 if current is None else int(current)
 
-    def _stream(self, after: int) -> Stream:
+    def _stream(self, after: int) -> streams.Stream:
         """A stream of the changes after snapshot ``after`` (one change per snapshot)."""
-        return Stream(self.table, start=after + 1, include_row_kind=self.include_row_kind,
-                      columns=self.columns, catch_up_threshold=None, prefetch=False)
+        return streams.Stream(self.table, start=after + 1,
+                              include_row_kind=self.include_row_kind, filter=self.filter,
+                              columns=self.columns, catch_up_threshold=None, prefetch=False)
 
     # -- offsets ---------------------------------------------------------------------------
 
@@ -285,7 +287,7 @@ class ArrowlakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             return []
         splits: list[AnySplit] = []
         if first == BEFORE_FULL:
-            scan = self.table.scan(None, list(self.columns), snapshot=last)
+            scan = self.table.scan(self.filter, list(self.columns), snapshot=last)
             full: list[Split] = plan_splits(scan)
             splits += [ChangeSplit(s, "+I", self.include_row_kind, self.columns) for s in full]
         else:
@@ -352,8 +354,8 @@ class ArrowlakeStreamWriter(DataSourceStreamArrowWriter):
         self.options = dict(options)
         table = open_table(options)
         self.mode, self.row_kind = stream_write_mode(self.options, overwrite, table, schema)
-        check_mode(table, self.mode, None)
-        self.target: WriteTarget = write_target(table)
+        staging.check_mode(table, self.mode, None)
+        self.target: WriteTarget = staging.write_target(table)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StreamMessage:
         from pyspark import TaskContext
@@ -366,10 +368,10 @@ class ArrowlakeStreamWriter(DataSourceStreamArrowWriter):
             schema = schema.append(pa.field(self.row_kind, pa.string()))
         batches = [from_spark_batch(b, schema) for b in iterator]
         if not batches or not any(b.num_rows for b in batches):
-            return StreamMessage(StagedWrite((), 0, order), query_id)
+            return StreamMessage(staging.StagedWrite((), 0, order), query_id)
         reader = pa.RecordBatchReader.from_batches(batches[0].schema, iter(batches))
-        return StreamMessage(stage(self.target, reader, self.mode, row_kind=self.row_kind,
-                                   order=order), query_id)
+        return StreamMessage(staging.stage(self.target, reader, self.mode,
+                                           row_kind=self.row_kind, order=order), query_id)
 
     def _commit_id(self, messages: Sequence[WriterCommitMessage | None], batch_id: int) -> str:
         ids = {m.query_id for m in messages if isinstance(m, StreamMessage) and m.query_id}
@@ -383,12 +385,12 @@ class ArrowlakeStreamWriter(DataSourceStreamArrowWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         staged = [m.staged for m in messages if isinstance(m, StagedMessage | StreamMessage)]
-        commit_staged(open_table(self.options), staged, self.mode,
-                      commit_id=self._commit_id(messages, batchId))
+        staging.commit_staged(open_table(self.options), staged, self.mode,
+                              commit_id=self._commit_id(messages, batchId))
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        discard_staged(self.target, [m.staged for m in messages
-                                     if isinstance(m, StagedMessage | StreamMessage)])
+        staging.discard_staged(self.target, [m.staged for m in messages
+                                             if isinstance(m, StagedMessage | StreamMessage)])
 
 
 def foreach_batch_sink(lake: str, table: str, **options: str

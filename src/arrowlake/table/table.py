@@ -201,7 +201,8 @@ class Table:
         See :class:`arrowlake.streaming.Stream` and the README for every option.
         """
         if _stream_factory is None:
-            raise RuntimeError("arrowlake.streaming was not imported; import arrowlake first")
+            raise RuntimeError("arrowlake.streaming.stream was not imported: it is whenever "
+                               "arrowlake.lake is (tables from arrowlake.connect have it)")
         return _stream_factory(
             self, consumer=consumer, start=start, poll_interval=poll_interval, shard=shard,
             buckets=buckets, bucket_filter=bucket_filter, include_row_kind=include_row_kind,
