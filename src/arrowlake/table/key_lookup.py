@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from arrowlake.io.storage import Storage
+from arrowlake.io.writer import DataFileWriter
 from arrowlake.merge.versions import sortable_key
 from arrowlake.scan.read import file_fragment
 from arrowlake.scan.split import FileTask
@@ -91,6 +92,12 @@ def locate(storage: Storage, files: Sequence[FileTask], file_schemas: dict[int, 
             rows_at(storage, task, file_schemas[task.schema_id], schema, list(columns), pos)
             for task, pos, _ in parts])
     return Matches(file_ids, positions, incoming, rows)
+
+
+def lookup_columns(primary_key: Sequence[str], partition_by: Sequence[str]) -> list[str]:
+    """The key columns a lookup matches: partition columns are constant within a bucket's
+    group of files, so they are left out (unless they are the whole key)."""
+    return [k for k in primary_key if k not in partition_by] or list(primary_key)
 
 
 def index_group(group: Hashable, schema: pa.Schema, key: Sequence[str]) -> Hashable:
@@ -296,14 +303,28 @@ def _stored_keys(storage: Storage, task: FileTask, file_schema: pa.Schema, schem
     return stored
 
 
-def remember_keys(path: str, file_size: int, schema: pa.Schema, key: Sequence[str],
-                  rows: pa.Table) -> np.ndarray | None:
-    """Keep the key columns of a data file this process has just written (``rows``: its rows,
-    in ``schema``, the table's current schema), so that the next lookup in its bucket finds
-    them without reading the file back; their sorted image, if they have one."""
-    stored = _keys_of(rows.select(list(key)).combine_chunks(), key)
-    _KEYS.put(_cache_key(path, file_size, schema, key), stored)
-    return stored.sorted_image
+Written = dict[tuple[str | None, int], list[tuple[str, np.ndarray | None]]]
+
+
+def remember_written(storage: Storage, location: str,
+                     started: Sequence[tuple[DataFileWriter, pa.Table]], schema: pa.Schema,
+                     key: Sequence[str]) -> Written:
+    """Keep the key columns of the files finished writers wrote (each writer with the rows it
+    was given, in ``schema``, the table's current schema), so that the next lookup in their
+    buckets finds them without reading the files back. Per (partition, bucket), each file's
+    path and sorted key image (None for keys without one)."""
+    written: Written = {}
+    for writer, rows in started:
+        offset = 0
+        for f in writer.files:
+            path = storage.join(location, f.path)
+            stored = _keys_of(rows.slice(offset, f.row_count).select(list(key)).combine_chunks(),
+                              key)
+            _KEYS.put(_cache_key(path, f.file_size, schema, key), stored)
+            offset += f.row_count
+            written.setdefault((writer.partition_values, writer.bucket or 0), []).append(
+                (path, stored.sorted_image))
+    return written
 
 
 def _search_sorted(stored: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -352,8 +373,16 @@ def rows_at(storage: Storage, task: FileTask, file_schema: pa.Schema, schema: pa
     return read.take(pa.array(index))
 
 
-__all__ = ["Matches", "index_group", "locate", "match_keys", "remember_keys", "rows_at",
-           "state_of"]
+__all__ = [
+    "Matches",
+    "index_group",
+    "locate",
+    "lookup_columns",
+    "match_keys",
+    "remember_written",
+    "rows_at",
+    "state_of",
+]
 
 
 def _forget_keys() -> None:

@@ -50,7 +50,15 @@ from arrowlake.metastore.records import NewFile, NewVector, SnapshotChange, Stal
 from arrowlake.scan.planning import TableView, file_tasks
 from arrowlake.scan.split import FileTask
 from arrowlake.table import key_index
-from arrowlake.table.key_lookup import Matches, index_group, locate, match_keys, remember_keys
+from arrowlake.table.key_lookup import (
+    Matches,
+    Written,
+    index_group,
+    locate,
+    lookup_columns,
+    match_keys,
+    remember_written,
+)
 from arrowlake.table.pk_options import merge_engine, sequence_field
 from arrowlake.table.sorted_runs import run_groups, start_group_writers
 from arrowlake.table.writes import WriteResult, _discard
@@ -224,7 +232,7 @@ def _plan(table: Table, view: TableView, incoming: Sequence[_Group], engine: Mer
                for sid in {t.schema_id for t in tasks}}
     schema = table.schema
     plan = _Plan()
-    lookup_key = _lookup_key(key, rec.partition_by)
+    lookup_key = lookup_columns(key, rec.partition_by)
     for values, bucket, run in incoming:
         part = _partition_json(values) if rec.partition_by else None
         candidates = by_group.get((part, bucket), [])
@@ -385,18 +393,9 @@ def _write(table: Table, groups: Sequence[_Group], during: Callable[[], _T] | No
 
     files, (started, result) = write_started(start)
     rec = table._record
-    key = _lookup_key(rec.primary_key, rec.partition_by)
-    written = _Written(files)
-    for writer, run in started:
-        offset = 0
-        for f in writer.files:
-            path = table._storage.join(rec.location, f.path)
-            image = remember_keys(path, f.file_size, table.schema, key,
-                                  run.slice(offset, f.row_count))
-            offset += f.row_count
-            written.images.setdefault((writer.partition_values, writer.bucket or 0), []
-                                      ).append((path, image))
-    return written, result
+    images = remember_written(table._storage, rec.location, started, table.schema,
+                              lookup_columns(rec.primary_key, rec.partition_by))
+    return _Written(files, images), result
 
 
 @dataclass
@@ -404,8 +403,7 @@ class _Written:
     """A write's new files, and per group the sorted key images of its files (by path)."""
 
     files: list[NewFile]
-    images: dict[tuple[str | None, int], list[tuple[str, np.ndarray | None]]] = field(
-        default_factory=dict)
+    images: Written = field(default_factory=dict)
 
 
 def _advance_indexes(table: Table, plan: _Plan, written: _Written,
@@ -413,7 +411,7 @@ def _advance_indexes(table: Table, plan: _Plan, written: _Written,
     """After the commit of ``plan``: each group's key index as the commit left the group (its
     deleted rows out, its new files' keys in), for the next write of this process."""
     rec = table._record
-    key = _lookup_key(rec.primary_key, rec.partition_by)
+    key = lookup_columns(rec.primary_key, rec.partition_by)
     grown = {plan.tasks[v.file_id].path: v.cardinality for v in vectors}
     for (part, bucket), found in plan.lookups.items():
         index = found.index
@@ -428,11 +426,6 @@ def _advance_indexes(table: Table, plan: _Plan, written: _Written,
                    else np.zeros(0, dtype=np.int64))
         key_index.keep(name, index.advanced(
             removed, [(path, image) for path, image in added if image is not None], state))
-
-
-def _lookup_key(primary_key: Sequence[str], partition_by: Sequence[str]) -> list[str]:
-    """The key columns a lookup matches: partition columns are constant within a group."""
-    return [k for k in primary_key if k not in partition_by] or list(primary_key)
 
 
 def _vectors(table: Table, plan: _Plan) -> tuple[list[NewVector], str | None]:
