@@ -74,10 +74,12 @@ def _state(t: al.Table, snapshot: int | None) -> dict[int, str]:
     return {r["k"]: r["v"] for r in t.scan(snapshot=snapshot).to_arrow().to_pylist()}
 
 
+@pytest.mark.parametrize("vectors", [False, True], ids=["merge-on-read", "deletion-vectors"])
 @pytest.mark.parametrize("kind", METASTORES)
-def test_catch_up_on_a_key_table_is_the_net_change_per_key(kind, tmp_path, request):
+def test_catch_up_on_a_key_table_is_the_net_change_per_key(kind, vectors, tmp_path, request):
     lake = make_lake(kind, tmp_path, request)
-    t = lake.create_table("s.kv", KEYED, primary_key=["k"], buckets=3)
+    t = lake.create_table("s.kv", KEYED, primary_key=["k"], buckets=3,
+                          deletion_vectors=vectors)
     t.upsert({"k": [1, 2, 3, 4], "v": ["a", "b", "c", "d"]})
     stream = t.stream(consumer="c", include_row_kind=True, stop_at_latest=True)
     [full] = list(stream)

@@ -120,6 +120,10 @@ class VectorRef:
 
     def positions(self, storage: Storage, data_file: str) -> np.ndarray:
         """The deleted positions, ascending (uint64)."""
+        return positions_of(self.bitmap(storage, data_file))
+
+    def bitmap(self, storage: Storage, data_file: str) -> BitMap64:
+        """The vector as a bitmap (checked against the recorded cardinality)."""
         if self.blob is not None:
             blob = self.blob
             where = f"{data_file} (kept in the metastore)"
@@ -132,9 +136,9 @@ class VectorRef:
             if len(blob) != self.length:
                 raise DataFileError(f"Deletion vector of {where} is damaged: {len(blob)} of "
                                     f"{self.length} bytes could be read")
-        positions = positions_of(decode(blob, where))
-        if positions.size != self.cardinality:
+        vector = decode(blob, where)
+        if len(vector) != self.cardinality:
             raise DataFileError(f"Deletion vector of {where} is damaged: it holds "
-                                f"{positions.size} positions, the metastore says "
+                                f"{len(vector)} positions, the metastore says "
                                 f"{self.cardinality}")
-        return positions
+        return vector

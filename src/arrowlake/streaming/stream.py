@@ -525,8 +525,13 @@ class Stream:
         if skipped and added.num_rows:
             added = added.filter(pc.invert(pc.is_in(added.column("added_snapshot"),
                                                     pa.array(skipped, pa.int64()))))
+        if self._record.deletion_vectors:
+            # A delete adds no file, but extends the vectors of the files it deleted from:
+            # their buckets changed too.
+            marked = ms.files_with_vectors_after(tid, start)
+            added = pa.concat_tables([added, marked.cast(added.schema)])
         added = self._planner.prune(self._planner.keep(added))
-        if self._merge is not None:
+        if self._merge is not None or self._record.deletion_vectors:
             splits: list[AnySplit] = self._planner.net_change_splits(start, end, added)
         else:
             if any(r["kind"] not in ("append", *_NO_CHANGE_KINDS) for r in snaps):

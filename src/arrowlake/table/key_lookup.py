@@ -15,18 +15,21 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from arrowlake.io.storage import Storage
+from arrowlake.io.writer import DataFileWriter
 from arrowlake.merge.versions import sortable_key
 from arrowlake.scan.read import file_fragment
 from arrowlake.scan.split import FileTask
 from arrowlake.schema import field_id
+from arrowlake.table import key_index
+from arrowlake.table.key_index import KeyIndex
 
 _POSITION = "_al_position"
 _INCOMING = "_al_incoming"
@@ -41,6 +44,11 @@ class Matches:
     positions: np.ndarray
     incoming: np.ndarray
     rows: pa.Table | None = None
+    #: When found through a bucket's key index: the index, and each match's slot in it.
+    index: KeyIndex | None = None
+    slots: np.ndarray | None = None
+    #: The slots of the matches the write marks deleted (what advances the index).
+    deleted_slots: list[np.ndarray] = field(default_factory=list)
 
     @property
     def count(self) -> int:
@@ -49,12 +57,19 @@ class Matches:
 
 def locate(storage: Storage, files: Sequence[FileTask], file_schemas: dict[int, pa.Schema],
            schema: pa.Schema, key: Sequence[str], keys: pa.Table,
-           columns: Sequence[str] | None = None) -> Matches:
+           columns: Sequence[str] | None = None, group: Hashable | None = None) -> Matches:
     """The live rows of ``keys`` (a table of the key columns, one row per key) in ``files``
     (one bucket's live files, with their vectors). With ``columns``, their values are read too
-    (in ``schema``, the table's current schema)."""
-    bounds = _key_bounds(keys, key)
+    (in ``schema``, the table's current schema). ``group`` names the bucket (all of whose
+    live files ``files`` must be) to look it up in its key index
+    (:mod:`arrowlake.table.key_index`)."""
     keys_image = sortable_key(keys, key)
+    if group is not None and keys_image is not None and files:
+        index = _index(storage, files, file_schemas, schema, key, group)
+        if index is not None and index.dtype == keys_image.dtype:
+            return _locate_indexed(storage, index, files, file_schemas, schema, keys_image,
+                                   columns)
+    bounds = _key_bounds(keys, key)
     parts: list[tuple[FileTask, np.ndarray, np.ndarray]] = []
     for task in files:
         if bounds is not None and task.key_range is not None and not _overlaps(
@@ -77,6 +92,74 @@ def locate(storage: Storage, files: Sequence[FileTask], file_schemas: dict[int, 
             rows_at(storage, task, file_schemas[task.schema_id], schema, list(columns), pos)
             for task, pos, _ in parts])
     return Matches(file_ids, positions, incoming, rows)
+
+
+def lookup_columns(primary_key: Sequence[str], partition_by: Sequence[str]) -> list[str]:
+    """The key columns a lookup matches: partition columns are constant within a bucket's
+    group of files, so they are left out (unless they are the whole key)."""
+    return [k for k in primary_key if k not in partition_by] or list(primary_key)
+
+
+def index_group(group: Hashable, schema: pa.Schema, key: Sequence[str]) -> Hashable:
+    """The key index cache's name of bucket ``group`` looked up by ``key`` in ``schema``."""
+    return (group, *_cache_key("", 0, schema, key)[2:])
+
+
+def state_of(files: Sequence[FileTask]) -> key_index.State:
+    """The state of a bucket with live files ``files`` (see :mod:`arrowlake.table.key_index`)."""
+    return frozenset((t.path, t.deletes.cardinality if t.deletes is not None else 0)
+                     for t in files)
+
+
+def _index(storage: Storage, files: Sequence[FileTask], file_schemas: dict[int, pa.Schema],
+           schema: pa.Schema, key: Sequence[str], group: Hashable) -> KeyIndex | None:
+    """Bucket ``group``'s key index in the state ``files`` give: cached, or built from the
+    files' key columns; None for keys without a sortable image."""
+    name = index_group(group, schema, key)
+    state = state_of(files)
+    index = key_index.cached(name, state)
+    if index is not None:
+        return index
+    parts = []
+    for task in files:
+        stored = _stored_keys(storage, task, file_schemas[task.schema_id], schema, key)
+        if stored.sorted_image is None:
+            return None
+        deleted = None
+        if task.deletes is not None and task.deletes.cardinality:
+            deleted = task.deletes.positions(storage, task.path)
+        parts.append((task.path, stored.sorted_image, deleted))
+    index = key_index.build(parts, state)
+    key_index.keep(name, index)
+    return index
+
+
+def _locate_indexed(storage: Storage, index: KeyIndex, files: Sequence[FileTask],
+                    file_schemas: dict[int, pa.Schema], schema: pa.Schema,
+                    keys_image: np.ndarray, columns: Sequence[str] | None) -> Matches:
+    slots, incoming = index.search(keys_image)
+    which, positions = index.where(slots)
+    # Grouped by file, so that each file's rows are read in one go.
+    order = np.argsort(which, kind="stable")
+    slots, incoming, which, positions = slots[order], incoming[order], which[order], \
+        positions[order]
+    by_path = {t.path: t for t in files}
+    # Files the index names but the bucket no longer has hold no live key of it.
+    ids = np.array([by_path[p].file_id if p in by_path else -1 for p in index.files],
+                   dtype=np.int64)
+    tasks = [by_path.get(p) for p in index.files]
+    rows = None
+    if columns is not None:
+        parts = []
+        starts = np.flatnonzero(np.r_[True, which[1:] != which[:-1]]).tolist() \
+            if len(which) else []
+        for start, end in zip(starts, [*starts[1:], len(which)], strict=False):
+            task = tasks[int(which[start])]
+            assert task is not None
+            parts.append(rows_at(storage, task, file_schemas[task.schema_id], schema,
+                                 list(columns), positions[start:end]))
+        rows = pa.concat_tables(parts) if parts else schema.empty_table().select(list(columns))
+    return Matches(ids[which], positions, incoming, rows, index, slots)
 
 
 def _key_bounds(keys: pa.Table, key: Sequence[str]) -> tuple[object, object] | None:
@@ -196,20 +279,52 @@ KEY_CACHE_BYTES = 256 * 1024 * 1024
 _KEYS = _KeyCache(KEY_CACHE_BYTES)
 
 
-def _stored_keys(storage: Storage, task: FileTask, file_schema: pa.Schema, schema: pa.Schema,
-                 key: Sequence[str]) -> _StoredKeys:
+def _cache_key(path: str, file_size: int, schema: pa.Schema, key: Sequence[str]
+               ) -> tuple[str, int, tuple[str, ...], str]:
     # Keyed by the types too: a widened key column is read again in its new type.
     types = ",".join(str(schema.field(k).type) for k in key)
-    cache_key = (task.path, task.file_size, tuple(key), types)
+    return (path, file_size, tuple(key), types)
+
+
+def _keys_of(table: pa.Table, key: Sequence[str]) -> _StoredKeys:
+    image = sortable_key(table, key)
+    if image is not None and len(image) > 1 and not bool(np.all(image[1:] > image[:-1])):
+        image = None  # not sorted with unique keys: matched by hashing instead
+    return _StoredKeys(table, image)
+
+
+def _stored_keys(storage: Storage, task: FileTask, file_schema: pa.Schema, schema: pa.Schema,
+                 key: Sequence[str]) -> _StoredKeys:
+    cache_key = _cache_key(task.path, task.file_size, schema, key)
     stored = _KEYS.get(cache_key)
     if stored is None:
-        table = _read_columns(storage, task, file_schema, schema, key)
-        image = sortable_key(table, key)
-        if image is not None and len(image) > 1 and not bool(np.all(image[1:] > image[:-1])):
-            image = None  # not sorted with unique keys: matched by hashing instead
-        stored = _StoredKeys(table, image)
+        stored = _keys_of(_read_columns(storage, task, file_schema, schema, key), key)
         _KEYS.put(cache_key, stored)
     return stored
+
+
+Written = dict[tuple[str | None, int], list[tuple[str, np.ndarray | None]]]
+
+
+def remember_written(storage: Storage, location: str,
+                     started: Sequence[tuple[DataFileWriter, pa.Table]], schema: pa.Schema,
+                     key: Sequence[str]) -> Written:
+    """Keep the key columns of the files finished writers wrote (each writer with the rows it
+    was given, in ``schema``, the table's current schema), so that the next lookup in their
+    buckets finds them without reading the files back. Per (partition, bucket), each file's
+    path and sorted key image (None for keys without one)."""
+    written: Written = {}
+    for writer, rows in started:
+        offset = 0
+        for f in writer.files:
+            path = storage.join(location, f.path)
+            stored = _keys_of(rows.slice(offset, f.row_count).select(list(key)).combine_chunks(),
+                              key)
+            _KEYS.put(_cache_key(path, f.file_size, schema, key), stored)
+            offset += f.row_count
+            written.setdefault((writer.partition_values, writer.bucket or 0), []).append(
+                (path, stored.sorted_image))
+    return written
 
 
 def _search_sorted(stored: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -258,7 +373,16 @@ def rows_at(storage: Storage, task: FileTask, file_schema: pa.Schema, schema: pa
     return read.take(pa.array(index))
 
 
-__all__ = ["Matches", "locate", "match_keys", "rows_at"]
+__all__ = [
+    "Matches",
+    "index_group",
+    "locate",
+    "lookup_columns",
+    "match_keys",
+    "remember_written",
+    "rows_at",
+    "state_of",
+]
 
 
 def _forget_keys() -> None:

@@ -33,7 +33,7 @@ import json
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -43,13 +43,22 @@ from arrowlake.errors import CommitConflict
 from arrowlake.io import deletion_vectors as dv
 from arrowlake.io import puffin
 from arrowlake.io.stats import encode_partition_value
-from arrowlake.io.writer import write_started
+from arrowlake.io.writer import DataFileWriter, write_started
 from arrowlake.merge import ROW_KIND, SEQUENCE, Deduplicate, FirstRow, MergeEngine
 from arrowlake.merge.versions import is_retraction, row_kinds
 from arrowlake.metastore.records import NewFile, NewVector, SnapshotChange, StaleVectors
 from arrowlake.scan.planning import TableView, file_tasks
 from arrowlake.scan.split import FileTask
-from arrowlake.table.key_lookup import Matches, locate, match_keys
+from arrowlake.table import key_index
+from arrowlake.table.key_lookup import (
+    Matches,
+    Written,
+    index_group,
+    locate,
+    lookup_columns,
+    match_keys,
+    remember_written,
+)
 from arrowlake.table.pk_options import merge_engine, sequence_field
 from arrowlake.table.sorted_runs import run_groups, start_group_writers
 from arrowlake.table.writes import WriteResult, _discard
@@ -61,6 +70,7 @@ if TYPE_CHECKING:
 ATTEMPTS = 50
 
 _Group = tuple[tuple[pa.Scalar, ...], int, pa.Table]
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -72,6 +82,8 @@ class _Plan:
     deletes: dict[int, list[np.ndarray]] = field(default_factory=dict)
     tasks: dict[int, FileTask] = field(default_factory=dict)
     replaced: int = 0
+    #: Per group, the lookup of its keys among the group's data files.
+    lookups: dict[tuple[str | None, int], Matches] = field(default_factory=dict)
 
     def delete(self, task: FileTask, positions: np.ndarray) -> None:
         if len(positions):
@@ -100,19 +112,35 @@ def commit_on_write(table: Table, rows: pa.Table, kind: str, *, commit_id: str |
     incoming = list(run_groups(table, rows))
     # New rows that do not depend on the live ones are written once, whatever the retries.
     blind = isinstance(engine, Deduplicate) and seq_field is None
+    additions = _blind_additions(incoming) if blind else []
     files: list[NewFile] = []
     graves: list[NewFile] = []
-    written_for: _Plan | None = None
+    written = _Written([])
     try:
-        for _ in range(ATTEMPTS):
+        for attempt in range(ATTEMPTS):
             view = table._view(base, current_schema=True)
-            plan = _plan(table, view, incoming, engine, seq_field)
-            if written_for is None or not blind:
+
+            def plan_now(view: TableView = view) -> _Plan:
+                return _plan(table, view, incoming, engine, seq_field)
+
+            if blind:
+                if attempt == 0:
+                    # The lookup runs while the write pool compresses the new rows.
+                    written, planned = _write(table, additions, during=plan_now)
+                    files = written.files
+                    assert planned is not None
+                    plan = planned
+                else:
+                    plan = plan_now()
+                plan.groups = additions
+            else:
+                plan = plan_now()
                 _discard(table, [*files, *graves])
                 files, graves = [], []
-                files = _write(table, plan.groups)
-                graves = [replace(f, content="tombstone") for f in _write(table, plan.tombstones)]
-                written_for = plan
+                written, _ = _write(table, plan.groups)
+                files = written.files
+                tombstones, _ = _write(table, plan.tombstones)
+                graves = [replace(f, content="tombstone") for f in tombstones.files]
             vectors, puffin_path = _vectors(table, plan)
             if not files and not vectors and not graves:
                 return WriteResult(None, kind)
@@ -136,6 +164,8 @@ def commit_on_write(table: Table, rows: pa.Table, kind: str, *, commit_id: str |
             if result.duplicate:
                 _discard(table, [*files, *graves])
                 _forget(table, puffin_path)
+            else:
+                _advance_indexes(table, plan, written, vectors)
             return WriteResult(result.snapshot_id, kind, len(files), 0, plan.rows,
                                new_positions, result.attempts, result.duplicate,
                                replaced=plan.replaced,
@@ -202,26 +232,29 @@ def _plan(table: Table, view: TableView, incoming: Sequence[_Group], engine: Mer
                for sid in {t.schema_id for t in tasks}}
     schema = table.schema
     plan = _Plan()
-    # Partition columns are constant within a group: keys are matched without them.
-    lookup_key = [k for k in key if k not in rec.partition_by] or key
+    lookup_key = lookup_columns(key, rec.partition_by)
     for values, bucket, run in incoming:
         part = _partition_json(values) if rec.partition_by else None
         candidates = by_group.get((part, bucket), [])
         keys = run.select(lookup_key)
+        group = (rec.location, part, bucket)
         if isinstance(engine, Deduplicate) and seq_field is None:
-            found = locate(view.storage, candidates, schemas, schema, lookup_key, keys)
-            _replace_blindly(plan, values, bucket, run, found, candidates)
+            found = locate(view.storage, candidates, schemas, schema, lookup_key, keys,
+                           group=group)
+            _replace_blindly(plan, run, found, candidates)
         elif isinstance(engine, FirstRow) and seq_field is None:
-            found = locate(view.storage, candidates, schemas, schema, lookup_key, keys)
+            found = locate(view.storage, candidates, schemas, schema, lookup_key, keys,
+                           group=group)
             _keep_first(plan, values, bucket, run, found)
         else:
             found = locate(view.storage, candidates, schemas, schema, lookup_key, keys,
-                           columns=schema.names)
+                           columns=schema.names, group=group)
             buried = locate(view.storage, graves.get((part, bucket), []), schemas, schema,
                             lookup_key, keys, columns=schema.names)
             _merge_with_live(plan, values, bucket, run, found, buried,
                              [*candidates, *graves.get((part, bucket), [])], engine, key,
                              lookup_key, seq_field, list(rec.partition_by))
+        plan.lookups[(part, bucket)] = found
     return plan
 
 
@@ -229,13 +262,24 @@ def _additions(run: pa.Table) -> np.ndarray:
     return ~is_retraction(row_kinds(run))
 
 
-def _replace_blindly(plan: _Plan, values: tuple[pa.Scalar, ...], bucket: int, run: pa.Table,
-                     found: Matches, candidates: Sequence[FileTask]) -> None:
-    adds = _additions(run)
-    if adds.any():
-        plan.groups.append((values, bucket, run.filter(pa.array(adds)).drop_columns([ROW_KIND])))
+def _blind_additions(incoming: Sequence[_Group]) -> list[_Group]:
+    """What a blind replace writes: each group's additions, whatever the live rows are."""
+    out = []
+    for values, bucket, run in incoming:
+        adds = _additions(run)
+        if adds.all():
+            out.append((values, bucket, run.drop_columns([ROW_KIND])))
+        elif adds.any():
+            out.append((values, bucket, run.filter(pa.array(adds)).drop_columns([ROW_KIND])))
+    return out
+
+
+def _replace_blindly(plan: _Plan, run: pa.Table, found: Matches,
+                     candidates: Sequence[FileTask]) -> None:
+    """Delete the live rows of the written keys (their new versions are written whatever
+    they were: :func:`_blind_additions`)."""
     _delete_found(plan, found, candidates)
-    plan.replaced += int(adds[found.incoming].sum()) if found.count else 0
+    plan.replaced += int(_additions(run)[found.incoming].sum()) if found.count else 0
 
 
 def _keep_first(plan: _Plan, values: tuple[pa.Scalar, ...], bucket: int, run: pa.Table,
@@ -252,6 +296,8 @@ def _delete_found(plan: _Plan, found: Matches, candidates: Sequence[FileTask],
     file_ids, positions = found.file_ids, found.positions
     if which is not None:
         file_ids, positions = file_ids[which], positions[which]
+    if found.slots is not None:
+        found.deleted_slots.append(found.slots if which is None else found.slots[which])
     by_id = {t.file_id: t for t in candidates}
     for fid in np.unique(file_ids).tolist():
         plan.delete(by_id[fid], positions[file_ids == fid])
@@ -333,14 +379,53 @@ def _unchanged(before: pa.Table, after: pa.Table) -> np.ndarray:
     return same
 
 
-def _write(table: Table, groups: Sequence[_Group]) -> list[NewFile]:
+def _write(table: Table, groups: Sequence[_Group], during: Callable[[], _T] | None = None
+           ) -> tuple[_Written, _T | None]:
     """The new rows of every group as one file in its partition's bucket (table schema, no
-    row-kind column: every row of a merge-on-write file is live until a vector says not)."""
-    if not groups:
-        return []
-    files, _ = write_started(
-        lambda writers: start_group_writers(table, groups, table.schema, writers))
-    return files
+    row-kind column: every row of a merge-on-write file is live until a vector says not);
+    ``during`` is called while the write pool writes them, and what it returns is returned
+    with the files. The new files' keys go to this process's lookup cache."""
+
+    def start(writers: list[DataFileWriter]
+              ) -> tuple[list[tuple[DataFileWriter, pa.Table]], _T | None]:
+        started = start_group_writers(table, groups, table.schema, writers) if groups else []
+        return started, (during() if during is not None else None)
+
+    files, (started, result) = write_started(start)
+    rec = table._record
+    images = remember_written(table._storage, rec.location, started, table.schema,
+                              lookup_columns(rec.primary_key, rec.partition_by))
+    return _Written(files, images), result
+
+
+@dataclass
+class _Written:
+    """A write's new files, and per group the sorted key images of its files (by path)."""
+
+    files: list[NewFile]
+    images: Written = field(default_factory=dict)
+
+
+def _advance_indexes(table: Table, plan: _Plan, written: _Written,
+                     vectors: Sequence[NewVector]) -> None:
+    """After the commit of ``plan``: each group's key index as the commit left the group (its
+    deleted rows out, its new files' keys in), for the next write of this process."""
+    rec = table._record
+    key = lookup_columns(rec.primary_key, rec.partition_by)
+    grown = {plan.tasks[v.file_id].path: v.cardinality for v in vectors}
+    for (part, bucket), found in plan.lookups.items():
+        index = found.index
+        name = index_group((rec.location, part, bucket), table.schema, key)
+        added = written.images.get((part, bucket), [])
+        if index is None or any(image is None for _, image in added):
+            key_index.keep(name, None)
+            continue
+        state = frozenset([*((path, grown.get(path, card)) for path, card in index.state),
+                           *((path, 0) for path, _ in added)])
+        removed = (np.concatenate(found.deleted_slots) if found.deleted_slots
+                   else np.zeros(0, dtype=np.int64))
+        key_index.keep(name, index.advanced(
+            removed, [(path, image) for path, image in added if image is not None], state))
 
 
 def _vectors(table: Table, plan: _Plan) -> tuple[list[NewVector], str | None]:
@@ -353,7 +438,7 @@ def _vectors(table: Table, plan: _Plan) -> tuple[list[NewVector], str | None]:
         vector = dv.vector_of(np.concatenate(parts))
         before = 0
         if task.deletes is not None and task.deletes.cardinality:
-            vector |= dv.vector_of(task.deletes.positions(storage, task.path))
+            vector |= task.deletes.bitmap(storage, task.path)
             before = task.deletes.cardinality
         previous = task.deletes.since if task.deletes is not None else None
         out.append((fid, len(vector), len(vector) - before, previous, dv.encode(vector)))

@@ -37,6 +37,7 @@ from arrowlake.scan.planning import TableView, file_tasks, make_splits
 from arrowlake.scan.read import read_split_table
 from arrowlake.scan.split import FileTask
 from arrowlake.table.compaction import CompactionResult, compaction_options, pick_runs
+from arrowlake.table.key_lookup import lookup_columns, remember_written
 from arrowlake.table.pk_options import rewrite_threshold
 from arrowlake.table.sorted_runs import start_group_writers
 from arrowlake.table.writes import _discard
@@ -120,7 +121,10 @@ def _commit(table: Table, view: TableView, base: int, picks: list[_Pick]) -> Com
                                 target_bytes=1 << 62)[0]
             rows = sort_by_key(read_split_table(split), list(rec.primary_key))
             group = (_partition_scalars(table, pick.files[0]), pick.files[0].bucket or 0, rows)
-            files, _ = write_started(partial(start_group_writers, table, [group], schema))
+            files, started = write_started(partial(start_group_writers, table, [group], schema))
+            # The next write in this process finds the new files' keys without reading them.
+            remember_written(table._storage, rec.location, started, schema,
+                             lookup_columns(rec.primary_key, rec.partition_by))
             # The output keeps the sequence range of the files it replaces.
             low = min(f.seq_min or 0 for f in pick.files)
             high = max(f.seq_max or 0 for f in pick.files)

@@ -1,0 +1,242 @@
+"""An index of the live keys of one bucket, kept by a writing process between its writes.
+
+Without it a merge-on-write lookup searches every live file of the bucket for every written
+key (:func:`arrowlake.table.key_lookup.locate`), so its cost grows with the files a bucket
+holds between compactions. The index is one sorted array of the bucket's live keys (their
+:func:`~arrowlake.merge.versions.sortable_key` image) with, for each, the file and the row
+position holding it: a lookup is one binary search per written key, whatever the file count.
+
+An index describes one state of its bucket: the set of ``(data file, vector cardinality)``
+pairs of the bucket's live files. Files are never rewritten in place and vectors only grow,
+so two states with the same pairs hold the same live rows. A lookup uses a cached index only
+when its state is exactly the bucket's state at the lookup's snapshot; otherwise it builds one
+from the files' cached key columns (:mod:`arrowlake.table.key_lookup`). After a commit the
+writer advances the index itself (:meth:`KeyIndex.advanced`): it drops the rows it marked
+deleted and inserts the keys of the files it wrote, so a process that writes a table in a
+loop never rebuilds it.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+#: Bytes of key indexes a process keeps (least recently used dropped past it).
+INDEX_CACHE_BYTES = 256 * 1024 * 1024
+
+State = frozenset[tuple[str, int]]
+
+
+#: Row positions take the low bits of a locator, the file's number in the index the rest.
+_POSITION_BITS = 40
+_POSITION_MASK = (1 << _POSITION_BITS) - 1
+
+
+def _locators(file_number: int, positions: np.ndarray) -> np.ndarray:
+    return (np.int64(file_number) << _POSITION_BITS) | positions.astype(np.int64)
+
+
+@dataclass(frozen=True)
+class KeyIndex:
+    """The live keys of one bucket in one state, in two sorted levels.
+
+    The ``base`` level holds most keys and is built rarely; rows deleted since it was built
+    are marked in ``dead``. The ``recent`` level holds the keys of files written since, and is
+    rebuilt by every write, so a write costs in proportion to what it and its recent
+    predecessors added, not to the bucket's size; once it passes a quarter of the base, both
+    are merged into a new base. A key is live in at most one place. Each entry has a locator:
+    ``files[locator >> 40]`` holds the key at row ``locator & (2**40 - 1)``."""
+
+    base: np.ndarray
+    base_locators: np.ndarray
+    dead: np.ndarray  # bool per base entry
+    recent: np.ndarray
+    recent_locators: np.ndarray
+    files: tuple[str, ...]
+    state: State
+
+    @property
+    def nbytes(self) -> int:
+        return (self.base.nbytes + self.base_locators.nbytes + self.dead.nbytes
+                + self.recent.nbytes + self.recent_locators.nbytes)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.base.dtype
+
+    def search(self, keys_image: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(slots, indices into keys_image)`` of the written keys that are live: a binary
+        search per key and level. Slots below ``len(base)`` are base entries, the others
+        ``len(base) +`` a recent entry."""
+        in_base, at_base = _find(self.base, keys_image)
+        in_base[in_base] = ~self.dead[at_base[in_base]]
+        in_recent, at_recent = _find(self.recent, keys_image)
+        incoming = np.flatnonzero(in_base | in_recent).astype(np.int64)
+        slots = np.where(in_base[incoming], at_base[incoming],
+                         len(self.base) + at_recent[incoming]).astype(np.int64)
+        return slots, incoming
+
+    def where(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(file numbers, row positions)`` of the entries at ``slots``."""
+        n = len(self.base)
+        from_base = slots < n
+        locators = np.empty(len(slots), dtype=np.int64)
+        locators[from_base] = self.base_locators[slots[from_base]]
+        locators[~from_base] = self.recent_locators[slots[~from_base] - n]
+        return locators >> _POSITION_BITS, locators & _POSITION_MASK
+
+    def advanced(self, removed_slots: np.ndarray, added: Sequence[tuple[str, np.ndarray]],
+                 state: State) -> KeyIndex | None:
+        """The index after a commit that marked the rows at ``removed_slots`` deleted and
+        added files ``added`` (path, sorted key image), leaving the bucket in ``state``; None
+        when the result would not hold each key once (the next lookup then builds one)."""
+        n = len(self.base)
+        dead = self.dead.copy()
+        dead[removed_slots[removed_slots < n]] = True
+        keep = np.ones(len(self.recent), dtype=bool)
+        keep[removed_slots[removed_slots >= n] - n] = False
+        recent, recent_locators = self.recent[keep], self.recent_locators[keep]
+        files = list(self.files)
+        for path, image in added:
+            if image.dtype != self.base.dtype:
+                return None
+            in_base, at_base = _find(self.base, image)
+            if in_base.any() and not bool(dead[at_base[in_base]].all()):
+                return None  # a written key still live in the base
+            merged, merged_locators = _merge(
+                recent, recent_locators, image,
+                _locators(len(files), np.arange(len(image), dtype=np.int64)))
+            if merged is None or merged_locators is None:
+                return None
+            recent, recent_locators = merged, merged_locators
+            files.append(path)
+        if len(recent) * 4 <= max(n, 4096):
+            return KeyIndex(self.base, self.base_locators, dead, recent, recent_locators,
+                            tuple(files), state)
+        base, base_locators = _merge(self.base[~dead], self.base_locators[~dead], recent,
+                                     recent_locators)
+        if base is None or base_locators is None:
+            return None
+        return _base_only(base, base_locators, tuple(files), state)
+
+
+def _merge(a: np.ndarray, a_locators: np.ndarray, b: np.ndarray, b_locators: np.ndarray
+           ) -> tuple[np.ndarray, np.ndarray] | tuple[None, None]:
+    """Two sorted levels as one, in one pass over both; (None, None) if they share a key."""
+    found, at = _find(a, b)
+    if found.any():
+        return None, None
+    at = at + np.arange(len(b))
+    image = np.empty(len(a) + len(b), dtype=a.dtype)
+    locators = np.empty(len(image), dtype=np.int64)
+    from_a = np.ones(len(image), dtype=bool)
+    from_a[at] = False
+    image[from_a], image[at] = a, b
+    locators[from_a], locators[at] = a_locators, b_locators
+    return image, locators
+
+
+def _base_only(image: np.ndarray, locators: np.ndarray, files: tuple[str, ...],
+               state: State) -> KeyIndex:
+    empty = image[:0]
+    return KeyIndex(image, locators, np.zeros(len(image), dtype=bool), empty,
+                    locators[:0], files, state)
+
+
+def _find(level: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per key: whether ``level`` (sorted) holds it, and where (or where it would go)."""
+    at = np.searchsorted(level, keys)
+    found = np.zeros(len(keys), dtype=bool)
+    inside = at < len(level)
+    found[inside] = level[at[inside]] == keys[inside]
+    return found, at
+
+
+def _unique(image: np.ndarray) -> bool:
+    return len(image) < 2 or bool(np.all(image[1:] > image[:-1]))
+
+
+def build(parts: Sequence[tuple[str, np.ndarray, np.ndarray | None]], state: State
+          ) -> KeyIndex | None:
+    """The index of files ``parts``: (path, its sorted key image, its deleted positions or
+    None); None when the images do not share one type or a key is live twice."""
+    if not parts:
+        return None
+    dtype = parts[0][1].dtype
+    images, locators = [], []
+    for i, (_, image, deleted) in enumerate(parts):
+        if image.dtype != dtype:
+            return None
+        rows = np.arange(len(image), dtype=np.int64)
+        if deleted is not None and len(deleted):
+            keep = np.ones(len(image), dtype=bool)
+            keep[deleted[deleted < len(image)].astype(np.int64)] = False
+            image, rows = image[keep], rows[keep]
+        images.append(image)
+        locators.append(_locators(i, rows))
+    image = np.concatenate(images)
+    # Each file's image is sorted already: a stable sort merges the runs.
+    order = np.argsort(image, kind="stable")
+    image = image[order]
+    if not _unique(image):
+        return None
+    return _base_only(image, np.concatenate(locators)[order], tuple(p for p, _, _ in parts),
+                      state)
+
+
+class _IndexCache:
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._indexes: OrderedDict[Hashable, KeyIndex] = OrderedDict()
+        self._bytes = 0
+
+    def get(self, key: Hashable, state: State) -> KeyIndex | None:
+        with self._lock:
+            index = self._indexes.get(key)
+            if index is None or index.state != state:
+                return None
+            self._indexes.move_to_end(key)
+            return index
+
+    def put(self, key: Hashable, index: KeyIndex | None) -> None:
+        with self._lock:
+            old = self._indexes.pop(key, None)
+            if old is not None:
+                self._bytes -= old.nbytes
+            if index is None or index.nbytes > self.limit:
+                return
+            self._indexes[key] = index
+            self._bytes += index.nbytes
+            while self._bytes > self.limit:
+                _, dropped = self._indexes.popitem(last=False)
+                self._bytes -= dropped.nbytes
+
+
+_INDEXES = _IndexCache(INDEX_CACHE_BYTES)
+
+
+def cached(key: Hashable, state: State) -> KeyIndex | None:
+    """The cached index of bucket ``key`` if it describes ``state``."""
+    return _INDEXES.get(key, state)
+
+
+def keep(key: Hashable, index: KeyIndex | None) -> None:
+    """Cache ``index`` as bucket ``key``'s (None forgets the bucket's)."""
+    _INDEXES.put(key, index)
+
+
+def _forget_indexes() -> None:
+    """In a forked child: start with an empty cache and a fresh lock."""
+    global _INDEXES
+    _INDEXES = _IndexCache(INDEX_CACHE_BYTES)
+
+
+os.register_at_fork(after_in_child=_forget_indexes)
+
+__all__ = ["KeyIndex", "State", "build", "cached", "keep"]
