@@ -23,9 +23,12 @@ from pathlib import Path
 
 import pyarrow as pa
 from pyspark import pipelines as dp
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from arrowlake.lake import lake_address
+
+spark: SparkSession  # set by spark-pipelines when it imports this file
 
 RAW = Path(os.environ.get("PIPELINE_RAW", "raw")).resolve()
 ORDER_DDL = "seq long, op string, order_id long, customer_id long, day string, amount long"

@@ -26,6 +26,7 @@ table it writes: it is refused (see :func:`arrowlake.spark.source.table_name`).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from contextlib import suppress
 from dataclasses import dataclass
 
 from pyspark.sql.types import StructType
@@ -86,10 +87,8 @@ def ensure_table(lake: Lake, name: str, schema: StructType) -> None:
     arrow = spark_arrow_schema(schema)
     if ROW_KIND_COLUMN in arrow.names:
         arrow = arrow.remove(arrow.get_field_index(ROW_KIND_COLUMN))
-    try:
+    with suppress(TableAlreadyExists):  # another flow of the pipeline created it first
         lake.create_table(name, arrow)
-    except TableAlreadyExists:
-        pass  # another flow of the pipeline created it first
 
 
 def pipeline_options(options: Mapping[str, str], schema: StructType
