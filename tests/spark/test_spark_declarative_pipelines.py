@@ -82,6 +82,7 @@ def load_runner():
     return module
 
 
+@pytest.mark.timeout(900)  # three spark-pipelines runs, each starting its own Spark
 def test_example_pipeline_gold_equals_pandas(tmp_path, monkeypatch):
     """examples/pipelines under real ``spark-pipelines run`` processes."""
     # The Spark it starts runs this interpreter and the arrowlake under test.
