@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import errno
+import json
 import os
 import re
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -279,6 +281,68 @@ def connect(uri: str | os.PathLike[str], *, warehouse: str | None = None,
         url = f"sqlite:///{os.path.join(path, 'arrowlake.db')}"
         wh = warehouse or path
     return Lake(Metastore(url, commit_retries=commit_retries), wh, storage_options)
+
+
+#: The environment variables naming the default lake: where no option, argument or ``--lake``
+#: names one (a Spark pipeline, a cluster's executors and a notebook all find the lake there).
+LAKE_ENV = "ARROWLAKE_LAKE"
+WAREHOUSE_ENV = "ARROWLAKE_WAREHOUSE"
+STORAGE_OPTIONS_ENV = "ARROWLAKE_STORAGE_OPTIONS"
+
+
+@dataclass(frozen=True)
+class LakeAddress:
+    """Where a lake is: the arguments of :func:`connect`."""
+
+    uri: str
+    warehouse: str | None = None
+    storage_options: Mapping[str, Any] = field(default_factory=dict)
+
+    def connect(self) -> Lake:
+        return connect(self.uri, warehouse=self.warehouse,
+                       storage_options=dict(self.storage_options) or None)
+
+
+def lake_address(uri: str | os.PathLike[str] | None = None, *, warehouse: str | None = None,
+                 storage_options: Mapping[str, Any] | None = None,
+                 environ: Mapping[str, str] | None = None,
+                 given_by: str = "a lake argument") -> LakeAddress:
+    """The lake named by ``uri``, or else the environment's default lake.
+
+    With ``uri``, the other arguments are used as given. Without it, ``$ARROWLAKE_LAKE`` names
+    the lake, ``$ARROWLAKE_WAREHOUSE`` its warehouse (unless ``warehouse`` is given) and
+    ``$ARROWLAKE_STORAGE_OPTIONS`` (a JSON object) its storage options, which
+    ``storage_options`` extend. ``given_by`` says how a caller names a lake, for the error
+    raised when neither names one.
+    """
+    if uri is not None and os.fspath(uri) != "":
+        return LakeAddress(os.fspath(uri), warehouse, dict(storage_options or {}))
+    env = os.environ if environ is None else environ
+    text = env.get(LAKE_ENV, "").strip()
+    if not text:
+        raise ValidationError(
+            f"No lake given: pass {given_by}, or set ${LAKE_ENV} to the lake (a path, or a "
+            f"database URL with ${WAREHOUSE_ENV})")
+    storage = _env_storage_options(env)
+    storage.update(storage_options or {})
+    return LakeAddress(text, warehouse or env.get(WAREHOUSE_ENV, "").strip() or None, storage)
+
+
+def _env_storage_options(env: Mapping[str, str]) -> dict[str, Any]:
+    text = env.get(STORAGE_OPTIONS_ENV, "").strip()
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise ValidationError(
+            f"${STORAGE_OPTIONS_ENV} is not valid JSON ({exc}): set it to a JSON object such "
+            'as \'{"endpoint": "http://127.0.0.1:9000", "region": "us-east-1"}\'') from None
+    if not isinstance(value, dict):
+        raise ValidationError(
+            f"${STORAGE_OPTIONS_ENV} must be a JSON object of storage options, got "
+            f"{type(value).__name__}: {text[:80]!r}")
+    return value
 
 
 def _column_list(what: str, columns: object) -> list[str]:

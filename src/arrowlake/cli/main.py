@@ -24,11 +24,10 @@ from arrowlake.cli.formats import FORMATS
 from arrowlake.errors import ArrowlakeError, NotFound
 from arrowlake.flight import DEFAULT_PORT
 from arrowlake.io.storage import normalize_location
-from arrowlake.lake import Lake, connect
+from arrowlake.lake import LAKE_ENV, Lake, lake_address
 
 #: Exit status for errors the user can fix (argparse uses 2 for bad usage as well).
 USER_ERROR = 2
-LAKE_ENV = "ARROWLAKE_LAKE"
 
 Command = Callable[[argparse.Namespace, Lake, Output], int]
 
@@ -50,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=f"The lake defaults to ${LAKE_ENV}. Durations are like 7d, 12h, 30m, 0s or 1h30m.",
     )
     parser.add_argument(
-        "--lake", default=os.environ.get(LAKE_ENV), metavar="PATH|URI",
+        "--lake", metavar="PATH|URI",
         help="the lake: a directory (SQLite metastore inside) or a metastore URL such as "
              f"postgresql://user@host/db (default: ${LAKE_ENV})")
     parser.add_argument("--warehouse", metavar="W",
@@ -158,9 +157,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def open_lake(args: argparse.Namespace) -> Lake:
-    if not args.lake:
-        raise ArrowlakeError(f"No lake given: pass --lake PATH|URI or set ${LAKE_ENV}")
-    text = str(args.lake)
+    # --lake, or else $ARROWLAKE_LAKE (with $ARROWLAKE_WAREHOUSE, $ARROWLAKE_STORAGE_OPTIONS)
+    where = lake_address(args.lake or None, warehouse=args.warehouse,
+                         given_by="--lake PATH|URI")
+    text = where.uri
     if "://" not in text or text.startswith("file://"):
         path = normalize_location(text)
         creating = args.command == "import" and args.create
@@ -168,7 +168,7 @@ def open_lake(args: argparse.Namespace) -> Lake:
         if not creating and not os.path.exists(os.path.join(path, "arrowlake.db")):
             raise NotFound(f"No lake at {text!r} (no arrowlake.db there); check --lake, or "
                            "create one with 'arrowlake --lake PATH import FILE TABLE --create'")
-    return connect(text, warehouse=args.warehouse)
+    return where.connect()
 
 
 def _error(stderr: TextIO, message: str) -> int:

@@ -60,7 +60,7 @@ from arrowlake.expressions import (
 )
 from arrowlake.io.deletion_vectors import VectorRef
 from arrowlake.io.storage import LocalStorage, Storage
-from arrowlake.lake import Lake
+from arrowlake.lake import Lake, lake_address
 from arrowlake.scan.read import bucket_groups, needs_merge
 from arrowlake.scan.split import FileTask, Split
 from arrowlake.schema import field_id
@@ -254,15 +254,16 @@ def _needed(schema_names: Sequence[str], expr: Expr) -> list[str]:
     return needed
 
 
-def plan_read(spark: SparkSession | None, lake: Lake | str, table: str, *,
+def plan_read(spark: SparkSession | None, lake: Lake | str | None, table: str, *,
               filter: Expr | str | None = None, columns: Sequence[str] | None = None,
               snapshot: int | None = None, as_of: datetime | None = None,
               tag: str | None = None, warehouse: str | None = None,
               storage_options: Mapping[str, Any] | None = None) -> FastReadPlan:
     """Plan a read: which files Spark's Parquet reader takes and which splits the data source
     reads (see the module docstring)."""
-    if isinstance(lake, str):
-        lake = open_lake(LakeOptions.create(lake, warehouse, storage_options))
+    if not isinstance(lake, Lake):  # None: the environment's default lake ($ARROWLAKE_LAKE)
+        where = lake_address(lake, warehouse=warehouse, storage_options=storage_options)
+        lake = open_lake(LakeOptions.create(where.uri, where.warehouse, where.storage_options))
     scan = table_scan(lake.table(table), ReadOptions(snapshot, as_of, tag), filter, columns)
     plan = FastReadPlan(scan.schema, scan.view.schema, scan.expr)
     reasons: set[str] = set()
@@ -492,7 +493,7 @@ def spark_filter(expr: Expr) -> SparkColumn:
     raise ValidationError(f"Filter {expr} has no Spark form")
 
 
-def read(spark: SparkSession, lake: Lake | str, table: str, *,
+def read(spark: SparkSession, lake: Lake | str | None, table: str, *,
          filter: Expr | str | None = None, columns: Sequence[str] | None = None,
          snapshot: int | None = None, as_of: datetime | None = None, tag: str | None = None,
          warehouse: str | None = None,

@@ -5,7 +5,9 @@
 
 Options (case-insensitive):
 
-- ``lake``: what :func:`arrowlake.connect` takes (a path, or a database URL); ``warehouse`` for a
+- ``lake``: what :func:`arrowlake.connect` takes (a path, or a database URL); without it the
+  environment's default lake (``$ARROWLAKE_LAKE``, ``$ARROWLAKE_WAREHOUSE``,
+  ``$ARROWLAKE_STORAGE_OPTIONS``: :func:`arrowlake.lake.lake_address`); ``warehouse`` for a
   database URL; storage options as ``storage.<key>`` (``storage.endpoint``, ...) or all at once
   as JSON in ``storageOptions``. Executors open nothing but storage: splits and write targets
   carry what they need.
@@ -125,18 +127,17 @@ class LakeOptions:
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> LakeOptions:
-        uri = options.get("lake")
-        if not uri:
-            raise ValidationError(
-                "The arrowlake data source needs option('lake', ...): a lake path, or a database "
-                "URL together with option('warehouse', 's3://...')")
         storage: dict[str, Any] = {}
         if options.get("storageoptions"):
             storage.update(json.loads(options["storageoptions"]))
         for key, value in options.items():
             if key.lower().startswith("storage."):
                 storage[key[len("storage."):]] = value
-        return cls.create(str(uri), options.get("warehouse") or None, storage)
+        # Without option('lake'): the default lake of the environment ($ARROWLAKE_LAKE).
+        where = lakes.lake_address(options.get("lake") or None,
+                                   warehouse=options.get("warehouse") or None,
+                                   storage_options=storage, given_by="option('lake', ...)")
+        return cls.create(where.uri, where.warehouse, where.storage_options)
 
 
 _LAKES: dict[LakeOptions, lakes.Lake] = {}
@@ -176,9 +177,14 @@ def open_lake(where: LakeOptions) -> lakes.Lake:
 def table_name(options: Mapping[str, str]) -> str:
     name = options.get("path") or options.get("table")
     if not name:
+        # saveAsTable hands a Python data source no name (PySpark 4.1-4.3);
+        # so does a declarative pipeline's materialized view (arrowlake.spark.pipelines).
         raise ValidationError(
             "Name the table: spark.read.format('arrowlake').load('namespace.table') or "
-            ".save('namespace.table')")
+            ".save('namespace.table'). PySpark hands the arrowlake writer no table name in "
+            "saveAsTable() or a pipeline's @dp.materialized_view: use .save(), or "
+            "in a pipeline @dp.table(format='arrowlake') or dp.create_sink(name, "
+            "format='arrowlake', options={'path': 'namespace.table'})")
     return str(name)
 
 

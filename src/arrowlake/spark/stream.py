@@ -71,6 +71,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 from arrowlake.errors import ValidationError
 from arrowlake.lazy import lazy_module
 from arrowlake.scan.split import Split
+from arrowlake.spark.pipelines import pipeline_options
 from arrowlake.spark.source import (
     FORMAT,
     ReadOptions,
@@ -351,8 +352,9 @@ class ArrowlakeStreamWriter(DataSourceStreamArrowWriter):
 
     def __init__(self, options: Mapping[str, str], overwrite: bool, schema: StructType
                  ) -> None:
-        self.options = dict(options)
-        table = open_table(options)
+        # A declarative pipeline's flow names no table: its checkpoint location does.
+        self.options, self.flow = pipeline_options(options, schema)
+        table = open_table(self.options)
         self.mode, self.row_kind = stream_write_mode(self.options, overwrite, table, schema)
         staging.check_mode(table, self.mode, None)
         self.target: WriteTarget = staging.write_target(table)
@@ -385,7 +387,10 @@ class ArrowlakeStreamWriter(DataSourceStreamArrowWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         staged = [m.staged for m in messages if isinstance(m, StagedMessage | StreamMessage)]
-        staging.commit_staged(open_table(self.options), staged, self.mode,
+        mode = self.mode
+        if batchId == 0 and self.flow is not None and self.flow.is_default_flow:
+            mode = "overwrite"  # a pipeline dataset's first batch: a new table, or a full refresh
+        staging.commit_staged(open_table(self.options), staged, mode,
                               commit_id=self._commit_id(messages, batchId))
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
@@ -393,7 +398,7 @@ class ArrowlakeStreamWriter(DataSourceStreamArrowWriter):
                                              if isinstance(m, StagedMessage | StreamMessage)])
 
 
-def foreach_batch_sink(lake: str, table: str, **options: str
+def foreach_batch_sink(lake: str | None, table: str, **options: str
                        ) -> Callable[[Any, int], None]:
     """A ``foreachBatch`` function writing each micro-batch to ``table`` in one commit with
     the commit id ``spark-stream:<query id>:<batch id>`` (a replayed batch is skipped).
@@ -414,7 +419,9 @@ def foreach_batch_sink(lake: str, table: str, **options: str
             raise ValidationError(
                 "foreach_batch_sink runs inside a streaming query's foreachBatch; outside one, "
                 "pass queryId=... to name the writer")
-        writer = batch_df.write.format(FORMAT).option("lake", lake).mode("append")
+        writer = batch_df.write.format(FORMAT).mode("append")
+        if lake is not None:  # None: the default lake of the environment ($ARROWLAKE_LAKE)
+            writer = writer.option("lake", lake)
         for key, value in options.items():
             if key != "queryId":
                 writer = writer.option(key, value)
