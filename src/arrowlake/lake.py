@@ -251,7 +251,8 @@ class Lake:
 
         With ``once`` every table is looked after once and the actions taken are returned (for
         a scheduler or cron). Otherwise the service runs, woken by commits, until ``stop`` is
-        set (or KeyboardInterrupt); ``on_action`` sees each action as it is taken. At most
+        set (or KeyboardInterrupt); either way setting ``stop`` lets the actions in progress
+        finish and starts no new one. ``on_action`` sees each action as it is taken. At most
         ``max_concurrent`` tables are worked on at once, and compaction reads and writes at
         most ``bytes_per_second`` on average. See :mod:`arrowlake.maintenance.service`.
         """
@@ -264,18 +265,14 @@ class Lake:
         service = Maintainer(self, chosen, max_concurrent=max_concurrent,
                              bytes_per_second=bytes_per_second, interval=interval,
                              orphans_every=orphans_every, on_action=on_action)
-        if once:
-            return service.run(once=True)
-        watcher = None
         if stop is not None:
             def relay() -> None:
-                stop.wait()
-                service.stop()
-            watcher = threading.Thread(target=relay, name="arrowlake-maintain-stop",
-                                       daemon=True)
-            watcher.start()
+                while not service.stopping:
+                    if stop.wait(0.1):
+                        service.stop()
+            threading.Thread(target=relay, name="arrowlake-maintain-stop", daemon=True).start()
         try:
-            return service.run(once=False)
+            return service.run(once=once)
         except KeyboardInterrupt:
             service.stop()
             return list(service.actions)
