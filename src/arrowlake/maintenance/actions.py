@@ -155,35 +155,46 @@ def _chunks(due: list[DueBucket], limit: int) -> Iterator[list[DueBucket]]:
         yield chunk
 
 
+#: A deletion-vector compaction whose inputs a write changed meanwhile is dropped (see
+#: :mod:`arrowlake.table.vector_compaction`); it is tried again at once this many times.
+VECTOR_RETRIES = 3
+
+
 def compact_due(table: Table, holds: BucketLeases, budget: ByteBudget,
                 stop: threading.Event, emit: Callable[[Action], None]) -> None:
     """Compact the table's due buckets (a deferred table's: see :mod:`table.compaction` and
     :mod:`table.vector_compaction` for when a bucket is due), a chunk at a time, each chunk's
     buckets leased first; buckets another service holds are left to it. Stops between chunks
-    once ``stop`` is set."""
+    once ``stop`` is set.
+
+    With deletion vectors a chunk is one bucket: a write that deletes rows of a file being
+    rewritten makes the rewrite void, so the shorter each one, the likelier it lands beside
+    a busy writer; a voided one is retried at once (:data:`VECTOR_RETRIES` times)."""
     vectors = table._record.deletion_vectors
     due = vector_compaction.due_vector_buckets(table) if vectors else \
         compaction.due_buckets(table)
-    for chunk in _chunks(due, budget.chunk):
+    for chunk in _chunks(due, 1 if vectors else budget.chunk):
         if not budget.wait(stop):
             return
-        started = time.monotonic()
         numbers = sorted({d.bucket or 0 for d in chunk})
         taken = holds.take(table, numbers)
         if not taken:
             continue
         try:
-            if vectors:
-                result = vector_compaction.compact_vectors(table, touched=taken)
-            else:
-                result = compaction.compact(table, only=[
-                    (d.partition_id, d.bucket) for d in chunk if (d.bucket or 0) in taken])
+            for _ in range(VECTOR_RETRIES + 1 if vectors else 1):
+                started = time.monotonic()
+                if vectors:
+                    result = vector_compaction.compact_vectors(table, touched=taken)
+                else:
+                    result = compaction.compact(table, only=[
+                        (d.partition_id, d.bucket) for d in chunk if (d.bucket or 0) in taken])
+                budget.charge(result.removed_bytes + result.added_bytes)
+                if result.snapshot_id is not None or result.dropped:
+                    emit(_compacted(table, result, taken, time.monotonic() - started))
+                if not result.dropped or stop.is_set():
+                    break
         finally:
             holds.give_up(table, taken)
-        budget.charge(result.removed_bytes + result.added_bytes)
-        if result.snapshot_id is None and not result.dropped:
-            continue
-        emit(_compacted(table, result, taken, time.monotonic() - started))
 
 
 def _compacted(table: Table, result: CompactionResult, buckets: list[int],

@@ -46,6 +46,11 @@ from arrowlake.table.maintenance_policy import maintenance_policy
 from arrowlake.table.table import Catalog, Table
 
 
+#: The longest the service waits without reading the tables' heads: signals only shorten
+#: waits (one missed, say while PostgreSQL's listening connection reconnected, is found here).
+RECHECK_SECONDS = 30.0
+
+
 @dataclass
 class _TableState:
     table: Table
@@ -207,9 +212,9 @@ class Maintainer:
 
     def _next_due(self) -> float:
         """Seconds until the next table's housekeeping falls due by time alone (commits wake
-        the service earlier); never more than ``interval``."""
+        the service earlier); never more than :data:`RECHECK_SECONDS`."""
         now = time.monotonic()
-        due = [now + self.interval]
+        due = [now + RECHECK_SECONDS]
         for state in self._states.values():
             due.append(state.orphans_at + self.orphans_every)
             if self._ages_out(state):
