@@ -45,7 +45,6 @@ from arrowlake.metastore import signals
 from arrowlake.table.maintenance_policy import maintenance_policy
 from arrowlake.table.table import Catalog, Table
 
-
 #: The longest the service waits without reading the tables' heads: signals only shorten
 #: waits (one missed, say while PostgreSQL's listening connection reconnected, is found here).
 RECHECK_SECONDS = 30.0
