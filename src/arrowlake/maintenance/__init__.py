@@ -4,4 +4,7 @@ removal by each table's policy (``arrowlake maintain``, ``Lake.maintain()``)."""
 from arrowlake.maintenance.actions import Action, ByteBudget
 from arrowlake.maintenance.service import Maintainer
 
-__all__ = ["Action", "ByteBudget", "Maintainer"]
+#: ``arrowlake.MaintenanceAction``: what the service reports for each action.
+MaintenanceAction = Action
+
+__all__ = ["Action", "ByteBudget", "Maintainer", "MaintenanceAction"]
