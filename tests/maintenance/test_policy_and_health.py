@@ -16,9 +16,17 @@ import arrowlake as al
 from arrowlake.errors import ValidationError
 from arrowlake.metastore.streams import LeaseHolder
 from arrowlake.streaming import leases
-from tests.conftest import put_file
+from tests.conftest import METASTORES, make_lake, put_file
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("v", pa.int64())])
+
+
+@pytest.fixture(params=METASTORES)
+def lake(request: pytest.FixtureRequest, tmp_path):
+    """SQLite and PostgreSQL (the metastore is what differs here; files stay on local disk)."""
+    lake = make_lake(request.param, tmp_path, request)
+    yield lake
+    lake.close()
 
 
 def _table(lake: al.Lake, name: str = "m.t", *, mode: str | None = "deferred",
