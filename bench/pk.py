@@ -41,16 +41,27 @@ a ``pyarrow.dataset`` read of the same live rows written by ``pq.write_table`` (
 ``--set NAME=VALUE`` (repeatable) sets a table property of the long run's table, to measure what
 another setting trades, e.g. ``--set compaction.max-runs=20`` or ``--set write.compression=lz4``.
 
+``--service`` (with ``--set compaction.mode=deferred``): the long run is made twice, first with
+``compaction.mode=inline`` (writers compact), then as set with ``arrowlake maintain`` running in
+a second process from before the initial load to after the last read, and the measurements of
+the maintenance issue are printed side by side: the writer's total against ``pq.write_table``,
+the slowest upsert against the median, the full read after every 10th upsert against raw, and
+runs and files per bucket at the end (just after the last upsert, while the service runs).
+
     python bench/pk.py [--rows 2000000] [--runs 3] [--no-deltalake] [--encodings auto|plain]
-                       [--long-upserts 50] [--long-only] [--set NAME=VALUE ...]
+                       [--long-upserts 50] [--long-only] [--set NAME=VALUE ...] [--service]
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import json
+import os
 import shutil
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -251,18 +262,60 @@ class LongRun:
     compactions: int = 0  # upserts that committed a compaction
     # (upserts so far, files per bucket, merged read, raw read of the same rows)
     reads: list[tuple[int, float, float, float]] = field(default_factory=list)
+    runs_max: int = 0  # the most runs one bucket holds just after the last upsert
+    files_per_bucket: float = 0.0  # likewise, files
+    service_actions: list[dict[str, Any]] = field(default_factory=list)  # --service only
+
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+def start_service(lake: Path, log: Path) -> subprocess.Popen[bytes]:
+    """``arrowlake maintain`` on ``lake`` in a second process, its JSON lines into ``log``."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(SRC), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    with open(log, "wb") as out:
+        return subprocess.Popen([sys.executable, "-m", "arrowlake.cli.main", "--lake", str(lake),
+                                 "--json", "maintain"], stdout=out, env=env)
+
+
+def stop_service(service: subprocess.Popen[bytes], log: Path) -> list[dict[str, Any]]:
+    service.send_signal(signal.SIGTERM)
+    if service.wait(timeout=600) != 0:
+        raise RuntimeError(f"arrowlake maintain exited with {service.returncode}")
+    return [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
 
 
 def long_run(root: Path, rows: int, upserts: int, runs: int, encodings: str,
-             properties: dict[str, str] | None = None) -> LongRun:
+             properties: dict[str, str] | None = None, service: bool = False) -> LongRun:
     """``upserts`` upserts of ``rows / 10`` rows into ``rows`` rows, default settings (but for
-    ``properties``)."""
+    ``properties``); with ``service``, ``arrowlake maintain`` runs in a second process."""
     rng = np.random.default_rng(7)
     lake = al.connect(str(root / "long"))
     initial = rows_for(rng, rng.permutation(rows).astype(np.int64))
     table = lake.create_table("bench.long", initial.schema, primary_key=["region", "id"],
                               partition_by=["region"], buckets=4,
                               properties={"write.encodings": encodings, **(properties or {})})
+    log = root / "maintain.jsonl"
+    process = start_service(root / "long", log) if service else None
+    try:
+        out = _long_upserts(table, initial, rng, root, rows, upserts, runs)
+    finally:
+        if process is not None:
+            actions = stop_service(process, log)
+    if process is not None:
+        out.service_actions = actions
+        out.compactions = sum(a["action"] == "compact" and a["snapshot_id"] is not None
+                              for a in actions)
+        out.compacted_read = sum(a["read_bytes"] for a in actions if a["action"] == "compact")
+        out.compacted_written = sum(a["written_bytes"] for a in actions
+                                    if a["action"] == "compact")
+    lake.close()
+    return out
+
+
+def _long_upserts(table: al.Table, initial: pa.Table, rng: np.random.Generator, root: Path,
+                  rows: int, upserts: int, runs: int) -> LongRun:
     table.upsert(initial)
     live = initial  # the rows a reader must see, kept up to date outside the timings
     del initial
@@ -298,6 +351,9 @@ def long_run(root: Path, rows: int, upserts: int, runs: int, encodings: str,
             def raw_read(f: Path = raw_file) -> pa.Table:
                 return ds.dataset(f, format="parquet").to_table(use_threads=True)
 
+            if i + 1 == upserts:
+                health = table.health()  # before the read: what the writer leaves
+                out.runs_max, out.files_per_bucket = health.runs_max, per_bucket
             t_read, got, t_raw = paired_medians(lambda: table.to_arrow(), raw_read, runs)
             assert same_rows(got, live), f"merged read after {i + 1} upserts differs"
             del got
@@ -329,6 +385,54 @@ def print_long(rows: int, upserts: int, r: LongRun, properties: dict[str, str]) 
         table.append(Row(f"full read after {n} upserts ({per_bucket:.1f} files/bucket)", t_read,
                          "pyarrow.dataset same rows", t_raw, "<=1.5x", t_read <= 1.5 * t_raw))
     print_table("", table)
+
+
+def print_service(rows: int, upserts: int, inline: LongRun, deferred: LongRun,
+                  properties: dict[str, str]) -> None:
+    """The maintenance issue's measurements: the deferred run with the service beside the
+    inline run, each against raw pyarrow of the same run."""
+    vectors = properties.get("deletion-vectors.enabled", "").lower() == "true"
+    limit = 1.25 if vectors else 1.15
+    settings = ", ".join(f"{k}={v}" for k, v in properties.items())
+    print(f"maintenance service: {rows:,} rows, then {upserts} upserts of {rows // 10:,}; "
+          f"{settings} with 'arrowlake maintain' in a second process, beside "
+          "compaction.mode=inline (seconds; ratio = against the baseline of the same run)")
+    print(f"{'measurement':44} {'deferred':>10} {'ratio':>7} {'inline':>10} {'ratio':>7}  "
+          f"{'target':8} met  baseline")
+
+    def line(name: str, d: float, d_base: float, i: float, i_base: float, target: str,
+             met: bool | None, base: str) -> None:
+        def ratio(a: float, b: float) -> str:
+            return f"{a / b:7.2f}" if b == b and b else f"{'-':>7}"
+        flag = "" if met is None else ("yes" if met else "NO")
+        print(f"{name:44} {d:10.3f} {ratio(d, d_base)} {i:10.3f} {ratio(i, i_base)}  "
+              f"{target:8} {flag:4} {base}")
+
+    d_total, d_raw = sum(deferred.upserts), sum(deferred.raw_upserts)
+    i_total, i_raw = sum(inline.upserts), sum(inline.raw_upserts)
+    line("writer's total upsert time", d_total, d_raw, i_total, i_raw, f"<={limit}x",
+         d_total <= limit * d_raw, "pq.write_table zstd (total)")
+    d_med, i_med = statistics.median(deferred.upserts), statistics.median(inline.upserts)
+    line("slowest upsert", max(deferred.upserts), d_med, max(inline.upserts), i_med, "<=2x",
+         max(deferred.upserts) <= 2 * d_med, "upsert median")
+    for (n, _, d_read, d_base), (_, _, i_read, i_base) in zip(
+            deferred.reads, inline.reads, strict=True):
+        line(f"full read after {n} upserts", d_read, d_base, i_read, i_base, "<=1.2x",
+             d_read <= 1.2 * d_base, "pyarrow.dataset same rows")
+    print(f"{'runs per bucket at the end (max)':44} {deferred.runs_max:10d} {'':7} "
+          f"{inline.runs_max:10d} {'':7}  {'<=inline':8} "
+          f"{'yes' if deferred.runs_max <= inline.runs_max else 'NO':4}")
+    print(f"{'files per bucket at the end (mean)':44} {deferred.files_per_bucket:10.1f} "
+          f"{'':7} {inline.files_per_bucket:10.1f} {'':7}  {'<=inline':8} "
+          f"{'yes' if deferred.files_per_bucket <= inline.files_per_bucket else 'NO':4}")
+    written = deferred.compacted_written / max(1, deferred.upserted_bytes)
+    i_written = inline.compacted_written / max(1, inline.upserted_bytes)
+    print(f"{'compaction bytes written / bytes upserted':44} {written:10.2f} {'':7} "
+          f"{i_written:10.2f}")
+    errors = [a for a in deferred.service_actions if a.get("error")]
+    print(f"service: {deferred.compactions} compactions, "
+          f"{sum(a.get('dropped', False) for a in deferred.service_actions)} dropped, "
+          f"{len(errors)} errors" + (f" (first: {errors[0]['error']})" if errors else ""))
 
 
 def deltalake_upserts(root: Path, w: Workload) -> tuple[float, list[float], str]:
@@ -390,11 +494,32 @@ def main() -> None:
     parser.add_argument("--long-only", action="store_true", help="run only the long run")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="a table property of the long run's table (repeatable)")
+    parser.add_argument("--service", action="store_true",
+                        help="with --long-only: run 'arrowlake maintain' beside the long run "
+                             "and print it beside compaction.mode=inline")
     args = parser.parse_args()
     if any("=" not in item for item in args.set):
         parser.error("--set takes NAME=VALUE")
     properties = dict(item.split("=", 1) for item in args.set)
     runs = args.runs
+    if args.service:
+        if not args.long_only:
+            parser.error("--service needs --long-only")
+        if properties.get("compaction.mode") != "deferred":
+            parser.error("--service measures writers that leave compaction to the service: "
+                         "pass --set compaction.mode=deferred")
+        results = {}
+        for mode, service in (("inline", False), ("deferred", True)):
+            root = Path(tempfile.mkdtemp(prefix=f"arrowlake-bench-pk-{mode}-"))
+            try:
+                results[mode] = long_run(root, args.rows, args.long_upserts, runs,
+                                         args.encodings,
+                                         {**properties, "compaction.mode": mode}, service)
+            finally:
+                shutil.rmtree(root, ignore_errors=True)
+        print_service(args.rows, args.long_upserts, results["inline"], results["deferred"],
+                      properties)
+        return
     if args.long_only:
         root = Path(tempfile.mkdtemp(prefix="arrowlake-bench-pk-long-"))
         try:

@@ -27,6 +27,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("scan", ("arrowlake.scan",)),
     ("table", ("arrowlake.table",)),
     ("streaming", ("arrowlake.streaming",)),
+    # The maintenance service: follows commits, compacts, expires and removes orphans.
+    ("maintenance", ("arrowlake.maintenance",)),
     ("integrations", ("arrowlake.integrations",)),
     # Scan.to_dask()/to_torch() reach them through scan/adapters.py; lake.py imports them so
     # that every scan of a lake's tables has them.

@@ -28,8 +28,10 @@ if TYPE_CHECKING:
     )
     from arrowlake.expressions import col, lit, parse_filter
     from arrowlake.lake import Lake, connect
+    from arrowlake.maintenance import MaintenanceAction
     from arrowlake.scan.scan import Scan
     from arrowlake.streaming import Change, Stream
+    from arrowlake.table.health import TableHealth
     from arrowlake.table.table import Table
     from arrowlake.table.writes import WriteResult
 
@@ -43,10 +45,12 @@ _EXPORTS = {
     "CommitConflict": "arrowlake.errors",
     "FilterSyntaxError": "arrowlake.errors",
     "Lake": "arrowlake.lake",
+    "MaintenanceAction": "arrowlake.maintenance",
     "Scan": "arrowlake.scan.scan",
     "SchemaMismatch": "arrowlake.errors",
     "Stream": "arrowlake.streaming",
     "Table": "arrowlake.table.table",
+    "TableHealth": "arrowlake.table.health",
     "TableNotFound": "arrowlake.errors",
     "ValidationError": "arrowlake.errors",
     "WriteResult": "arrowlake.table.writes",
@@ -67,10 +71,12 @@ __all__ = [
     "CommitConflict",
     "FilterSyntaxError",
     "Lake",
+    "MaintenanceAction",
     "Scan",
     "SchemaMismatch",
     "Stream",
     "Table",
+    "TableHealth",
     "TableNotFound",
     "ValidationError",
     "WriteResult",

@@ -6,8 +6,9 @@ import errno
 import json
 import os
 import re
+import threading
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +34,7 @@ from arrowlake.io.storage import (
     split_scheme,
     storage_for,
 )
+from arrowlake.maintenance import Action, Maintainer
 from arrowlake.metastore.store import Metastore
 from arrowlake.schema import (
     assign_field_ids,
@@ -42,6 +44,11 @@ from arrowlake.schema import (
 )
 from arrowlake.streaming import stream as _stream  # noqa: F401
 from arrowlake.table.maintenance import metastore_files, own_files
+from arrowlake.table.maintenance_policy import (
+    COMPACTION_MODE,
+    DEFAULT_COMPACTION_MODE,
+    NEW_TABLE_COMPACTION_MODE,
+)
 from arrowlake.table.pk_options import validate_pk_options, validate_properties
 from arrowlake.table.table import Table
 
@@ -176,6 +183,8 @@ class Lake:
         if primary_key or options:
             schema, buckets, props = validate_pk_options(schema, primary_key, partition_by,
                                                          buckets, props, options)
+        if primary_key and NEW_TABLE_COMPACTION_MODE != DEFAULT_COMPACTION_MODE:
+            props.setdefault(COMPACTION_MODE, NEW_TABLE_COMPACTION_MODE)
         validate_properties(props, primary_key)
         with_ids, next_id = assign_field_ids(schema)
         if location is None:
@@ -232,6 +241,43 @@ class Lake:
         ns, tbl = parse_table_name(new)
         self.metastore.rename_table(table._record.table_id, ns, tbl)
         return self.table(new)
+
+    def maintain(self, tables: Sequence[str] | None = None, once: bool = True, *,
+                 max_concurrent: int = 1, bytes_per_second: float | None = None,
+                 interval: float = 60.0, orphans_every: float = 3600.0,
+                 on_action: Callable[[Action], None] | None = None,
+                 stop: threading.Event | None = None) -> list[Action]:
+        """Look after the lake's tables (all of them, or those named): compact the due buckets
+        of tables in ``compaction.mode`` deferred, expire snapshots by ``snapshot.retain-last``
+        and ``snapshot.max-age``, and delete orphan files older than ``orphan.min-age``.
+
+        With ``once`` every table is looked after once and the actions taken are returned (for
+        a scheduler or cron). Otherwise the service runs, woken by commits, until ``stop`` is
+        set (or KeyboardInterrupt); either way setting ``stop`` lets the actions in progress
+        finish and starts no new one. ``on_action`` sees each action as it is taken. At most
+        ``max_concurrent`` tables are worked on at once, and compaction reads and writes at
+        most ``bytes_per_second`` on average. See :mod:`arrowlake.maintenance.service`.
+        """
+        if max_concurrent < 1:
+            raise ValidationError(f"max_concurrent must be at least 1, not {max_concurrent}")
+        if bytes_per_second is not None and not bytes_per_second > 0:
+            raise ValidationError(
+                f"bytes_per_second must be above 0 (or None: no limit), not {bytes_per_second}")
+        chosen = None if tables is None else [self.table(name) for name in tables]
+        service = Maintainer(self, chosen, max_concurrent=max_concurrent,
+                             bytes_per_second=bytes_per_second, interval=interval,
+                             orphans_every=orphans_every, on_action=on_action)
+        if stop is not None:
+            def relay() -> None:
+                while not service.stopping:
+                    if stop.wait(0.1):
+                        service.stop()
+            threading.Thread(target=relay, name="arrowlake-maintain-stop", daemon=True).start()
+        try:
+            return service.run(once=once)
+        except KeyboardInterrupt:
+            service.stop()
+            return list(service.actions)
 
     def from_pandas(self, name: str, df: pd.DataFrame, schema: Any = None,
                     splits_num: int | None = None, **create_table_options: Any) -> Table:

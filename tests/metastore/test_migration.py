@@ -135,11 +135,15 @@ def test_postgres_v1_database_is_upgraded(pg_server, tmp_path):
     lake.close()
 
 
+_V6 = ["al_maintenance_leases", "al_maintenance_log"]
+
+
 @pytest.mark.parametrize("kind", METASTORES)
 @pytest.mark.parametrize(("version", "added"), [
-    (2, ["al_vectors", "al_consumer_leases", "al_consumers"]),
-    (3, ["al_vectors", "al_consumer_leases"]),
-    (4, ["al_vectors"]),
+    (2, [*_V6, "al_vectors", "al_consumer_leases", "al_consumers"]),
+    (3, [*_V6, "al_vectors", "al_consumer_leases"]),
+    (4, [*_V6, "al_vectors"]),
+    (5, _V6),
 ])
 def test_version_2_database_gets_the_consumers_table(kind, version, added, tmp_path, request):
     lake = make_lake(kind, tmp_path, request)
@@ -169,6 +173,12 @@ def test_version_2_database_gets_the_consumers_table(kind, version, added, tmp_p
     keyed.upsert({"k": [2], "v": [20]})
     assert sorted(keyed.to_arrow().to_pylist(), key=lambda r: r["k"]) == [
         {"k": 1, "v": 1}, {"k": 2, "v": 20}]
+    keyed.set_properties(**{"compaction.mode": "deferred"})
+    keyed.upsert({"k": [1], "v": [10]})
+    keyed.upsert({"k": [1], "v": [11]})
+    # Files with half their rows deleted are due: compacted, and recorded in the new tables.
+    assert [a.action for a in lake.maintain(["s.dv"])] == ["compact"]
+    assert keyed.health().last_maintenance.action == "compact"
     lake.close()
 
 

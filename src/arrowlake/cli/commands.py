@@ -319,35 +319,7 @@ def cmd_export(args: argparse.Namespace, lake: Lake, out: Output) -> int:
 # -- maintenance -------------------------------------------------------------------------------
 
 
-def cmd_expire(args: argparse.Namespace, lake: Lake, out: Output) -> int:
-    table = lake.table(args.table)
-    result = table.expire_snapshots(older_than=args.older_than, retain_last=args.retain_last)
-    value = {"table": table.name, "expired_snapshots": result.expired_snapshots,
-             "deleted_files": result.deleted_files}
-    n = len(result.expired_snapshots)
-    text = f"Expired {n} snapshot{'s' if n != 1 else ''} of {table.name}"
-    if n:
-        text += f": {', '.join(map(str, result.expired_snapshots))}"
-    text += f"\nDeleted {len(result.deleted_files)} files no snapshot needs any more"
-    out.emit(value, text)
-    return 0
-
-
-def cmd_orphans(args: argparse.Namespace, lake: Lake, out: Output) -> int:
-    table = lake.table(args.table)
-    result = table.remove_orphan_files(older_than=args.older_than, dry_run=not args.delete)
-    value = {"table": table.name, "files": result.files, "bytes": result.bytes,
-             "dry_run": result.dry_run}
-    n = len(result.files)
-    lines = list(result.files)
-    if result.dry_run:
-        lines.append(f"{n} orphan file{'s' if n != 1 else ''} ({human_size(result.bytes)})"
-                     + (", not deleted: pass --delete to remove them" if n else ""))
-    else:
-        lines.append(f"Deleted {n} orphan file{'s' if n != 1 else ''} "
-                     f"({human_size(result.bytes)})")
-    out.emit(value, "\n".join(lines))
-    return 0
+# expire, orphans, compact, status and maintain: see arrowlake.cli.maintain
 
 
 def stdout_is_closed_pipe() -> None:

@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TextIO
 
-from arrowlake.cli import commands, tail
+from arrowlake.cli import commands, maintain, tail
 from arrowlake.cli.commands import Output, parse_duration, split_list
 from arrowlake.cli.formats import FORMATS
 from arrowlake.errors import ArrowlakeError, NotFound
@@ -117,17 +117,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="show a progress bar on stderr (default: when stderr is a terminal)")
 
-    p = add("expire", commands.cmd_expire,
+    p = add("expire", maintain.cmd_expire,
             "remove old snapshots and the files only they referenced")
     p.add_argument("table", metavar="TABLE")
     p.add_argument("--older-than", type=parse_duration, metavar="DURATION",
                    help="expire only snapshots older than this (default: any age)")
     p.add_argument("--retain-last", type=_positive_int, default=1, metavar="N",
                    help="always keep the N newest snapshots (default: 1)")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="show a progress bar on stderr (default: when stderr is a terminal)")
 
     tail.add_parser(add)
 
-    p = add("orphans", commands.cmd_orphans,
+    p = add("orphans", maintain.cmd_orphans,
             "find (and with --delete remove) files under a table no snapshot references")
     p.add_argument("table", metavar="TABLE")
     p.add_argument("--older-than", type=parse_duration, default=parse_duration("1d"),
@@ -136,6 +138,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "progress (default: 1d)")
     p.add_argument("--delete", action="store_true",
                    help="delete the orphan files (default: only list them)")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="show a progress bar on stderr (default: when stderr is a terminal)")
+
+    maintain.add_parsers(add)
 
     p = add("serve", commands.cmd_serve,
             "serve the lake's tables over Arrow Flight until SIGTERM or Ctrl-C (prints the "

@@ -296,6 +296,10 @@ class Database:
             if version <= 4:
                 # Version 5 only adds the deletion vectors' table.
                 t.vectors.create(conn, checkfirst=True)
+            if version <= 5:
+                # Version 6 only adds the maintenance service's leases and log.
+                t.maintenance_leases.create(conn, checkfirst=True)
+                t.maintenance_log.create(conn, checkfirst=True)
             conn.execute(t.meta_info.update().where(t.meta_info.c.key == "version")
                          .values(value=str(t.SCHEMA_VERSION)))
 

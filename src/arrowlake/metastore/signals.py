@@ -48,17 +48,42 @@ def subscribe(url: str, table_id: int, callback: Callable[[], None]) -> Callable
     return unsubscribe
 
 
+_LAKE_LISTENERS: dict[str, dict[int, Callable[[int | None], None]]] = {}
+
+
+def subscribe_lake(url: str, callback: Callable[[int | None], None]) -> Callable[[], None]:
+    """Call ``callback(table_id)`` (from any thread) after each commit to any table of the
+    metastore, tables created later included (``table_id`` None: some table, which one is not
+    known, as with SQLite's change counter); returns the function that unsubscribes it."""
+    with _LOCK:
+        token = next(_NEXT)
+        _LAKE_LISTENERS.setdefault(url, {})[token] = callback
+
+    def unsubscribe() -> None:
+        with _LOCK:
+            listeners = _LAKE_LISTENERS.get(url)
+            if listeners is not None:
+                listeners.pop(token, None)
+                if not listeners:
+                    del _LAKE_LISTENERS[url]
+
+    return unsubscribe
+
+
 def publish(url: str, table_id: int | None) -> None:
     """Wake every subscriber of the table in this process (of every table of the metastore
-    when ``table_id`` is None)."""
+    when ``table_id`` is None), and every subscriber of the whole metastore."""
     with _LOCK:
         if table_id is None:
             callbacks = [c for (u, _), subs in _LISTENERS.items() if u == url
                          for c in subs.values()]
         else:
             callbacks = list(_LISTENERS.get((url, table_id), {}).values())
+        lake = list(_LAKE_LISTENERS.get(url, {}).values())
     for callback in callbacks:
         callback()
+    for each in lake:
+        each(table_id)
 
 
 class _UrlThread(threading.Thread):

@@ -4,7 +4,8 @@ One :class:`Metastore` wraps one SQLAlchemy engine. It is put together from part
 each: :mod:`~arrowlake.metastore.database` (engines, transactions, migrations, the table-row
 lock), :mod:`~arrowlake.metastore.commits` (one commit = one transaction that checks for
 conflicts and records a snapshot and its files), :mod:`~arrowlake.metastore.streams` (stream and
-consumer queries); this module holds the catalog: namespaces, tables, schemas, snapshots, tags,
+consumer queries), :mod:`~arrowlake.metastore.maintenance` (the maintenance service's
+leases and log); this module holds the catalog: namespaces, tables, schemas, snapshots, tags,
 files and expiry. The records it exchanges are in :mod:`~arrowlake.metastore.records`.
 """
 
@@ -32,6 +33,7 @@ from arrowlake.errors import (
 from arrowlake.metastore import tables as t
 from arrowlake.metastore.commits import Commits
 from arrowlake.metastore.database import Database, sqlite_read_only_uri
+from arrowlake.metastore.maintenance import MaintenanceRecords
 from arrowlake.metastore.records import (
     FILE_COLUMNS,
     FILE_SCHEMA,
@@ -50,7 +52,7 @@ from arrowlake.metastore.records import (
 from arrowlake.metastore.streams import Streams
 
 
-class Metastore(Commits, Streams):
+class Metastore(Commits, Streams, MaintenanceRecords):
     """Namespaces, tables, snapshots and files in a SQL database.
 
     An SQLite database file this process may not write is opened read-only: reads work, every

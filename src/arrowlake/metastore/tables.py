@@ -27,8 +27,10 @@ from sqlalchemy import (
 #: sequences never reused them), and snapshots record their write token and when they stopped
 #: being current. Version 3: streaming consumers' progress (``al_consumers``). Version 4:
 #: consumers' leases (``al_consumer_leases``). Version 5: deletion vectors of primary-key
-#: tables written in merge-on-write mode (``al_vectors``).
-SCHEMA_VERSION = 5
+#: tables written in merge-on-write mode (``al_vectors``). Version 6: the maintenance service's
+#: bucket leases (``al_maintenance_leases``) and each table's last maintenance actions
+#: (``al_maintenance_log``).
+SCHEMA_VERSION = 6
 
 metadata = MetaData()
 
@@ -211,4 +213,31 @@ vectors = Table(
     ForeignKeyConstraint(["table_id"], ["al_tables.table_id"], ondelete="CASCADE"),
     Index("al_vectors_added", "table_id", "added_snapshot"),
     Index("al_vectors_removed", "table_id", "removed_snapshot"),
+)
+
+maintenance_leases = Table(
+    "al_maintenance_leases",
+    metadata,
+    # A maintenance service's hold on one bucket of a table (every partition's files of that
+    # bucket number) while it compacts it: two services never compact the same bucket.
+    Column("table_id", Integer, nullable=False),
+    Column("bucket", Integer, nullable=False),
+    Column("holder", String(64), nullable=False),
+    Column("host", String(255), nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("expires_at", BigInteger, nullable=False),  # epoch ms; the holder renews it
+    PrimaryKeyConstraint("table_id", "bucket"),
+    ForeignKeyConstraint(["table_id"], ["al_tables.table_id"], ondelete="CASCADE"),
+)
+
+maintenance_log = Table(
+    "al_maintenance_log",
+    metadata,
+    # The last maintenance action of each kind (compact, expire, orphans) on a table.
+    Column("table_id", Integer, nullable=False),
+    Column("action", String(32), nullable=False),
+    Column("at", BigInteger, nullable=False),  # epoch ms, when it finished
+    Column("detail", Text, nullable=False, default="{}"),  # JSON: what it did
+    PrimaryKeyConstraint("table_id", "action"),
+    ForeignKeyConstraint(["table_id"], ["al_tables.table_id"], ondelete="CASCADE"),
 )

@@ -32,6 +32,8 @@ def _where_this_runs() -> str:
 
 
 _HOST = _where_this_runs()
+#: Where this process runs, as lease rows record it (the maintenance service's leases too).
+HOST = _HOST
 
 
 def _holder_alive(lease: Any) -> bool | None:
@@ -49,6 +51,10 @@ def _holder_alive(lease: Any) -> bool | None:
     except OSError:
         return True  # it exists (another user's process)
     return True
+
+
+#: Whether a lease row's holder is alive (True/False), or cannot be told from here (None).
+holder_alive = _holder_alive
 
 
 class Lease:

@@ -318,6 +318,34 @@ def compact_if_needed(table: Table, written: Sequence[NewFile]) -> CompactionRes
     return _commit(table, plan, picks)
 
 
+@dataclass(frozen=True)
+class DueBucket:
+    """A bucket due for compaction, for a maintenance service to schedule (and lease)."""
+
+    partition_id: int | None
+    bucket: int | None
+    runs: int  # the runs (deletion vectors: files) it holds
+    bytes: int  # what compacting it reads: the runs (live bytes of the files) it would merge
+
+
+def due_buckets(table: Table) -> list[DueBucket]:
+    """The buckets of the current snapshot that a write in ``compaction.mode`` inline would
+    compact: more than ``compaction.max-runs`` runs. Most runs first."""
+    table.refresh()
+    base = table.current_snapshot_id
+    if base is None:
+        return []
+    options = compaction_options(table._record.properties)
+    plan = _load(table, base)
+    due = []
+    for (pid, bucket), runs in plan.buckets.items():
+        if len(runs) > options.max_runs:
+            count = _count(plan, runs, options)
+            due.append(DueBucket(pid, bucket, len(runs),
+                                 sum(_size(r) for r in runs[len(runs) - count:])))
+    return sorted(due, key=lambda d: (-d.runs, d.bytes))
+
+
 def _commit(table: Table, plan: _Plan, picks: list[tuple[list[Run], bool]],
             log: tuple[list[NewFile], dict[str, str]] = ([], {})) -> CompactionResult:
     """Merge each pick's runs into one run and commit them all as one snapshot, with the

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
@@ -84,10 +85,33 @@ def _cutoff_ms(older_than: datetime | timedelta | None) -> int | None:
         f"older_than must be a datetime or timedelta, got {type(older_than).__name__}")
 
 
+#: Files deleted per call to the storage when progress is reported.
+DELETE_CHUNK = 200
+
+
+def delete_reporting(storage: Storage, paths: list[str], sizes: list[int] | None,
+                     progress: Callable[[int, int], None] | None) -> None:
+    """Delete ``paths``; with ``progress``, in chunks, calling ``progress(done, total)`` (in
+    bytes when ``sizes`` are given, else in files) after each."""
+    if progress is None:
+        storage.delete(paths)
+        return
+    weights = sizes if sizes is not None else [1] * len(paths)
+    total = sum(weights)
+    done = 0
+    progress(0, total)
+    for start in range(0, len(paths), DELETE_CHUNK):
+        storage.delete(paths[start:start + DELETE_CHUNK])
+        done += sum(weights[start:start + DELETE_CHUNK])
+        progress(done, total)
+
+
 def expire_snapshots(table: Table, older_than: datetime | timedelta | None = None,
-                     retain_last: int = 1) -> ExpireResult:
+                     retain_last: int = 1, *,
+                     progress: Callable[[int, int], None] | None = None) -> ExpireResult:
     """Remove snapshots committed before ``older_than``, keeping at least the ``retain_last``
-    newest (and always the current and tagged ones), then delete files only they referenced.
+    newest (and always the current and tagged ones), then delete files only they referenced
+    (``progress(files deleted, files to delete)`` is called as they go, if given).
     """
     if retain_last < 1:
         raise ValidationError("retain_last must be at least 1: the current snapshot stays")
@@ -113,7 +137,7 @@ def expire_snapshots(table: Table, older_than: datetime | timedelta | None = Non
     paths = table._metastore.expire_snapshots(table._record.table_id, expire)
     storage = table._storage
     absolute = [storage.join(table._record.location, p) for p in paths]
-    storage.delete(absolute)
+    delete_reporting(storage, absolute, None, progress)
     return ExpireResult(expire, absolute, kept, expired_consumers)
 
 
@@ -147,9 +171,11 @@ def own_files(storage: Storage, location: str, metastore: Metastore,
 
 
 def remove_orphan_files(table: Table, older_than: timedelta = timedelta(days=1),
-                        dry_run: bool = True) -> OrphanResult:
+                        dry_run: bool = True, *,
+                        progress: Callable[[int, int], None] | None = None) -> OrphanResult:
     """Files under the table's location that no snapshot references and that are older than
-    ``older_than`` (younger ones may belong to a write still in progress).
+    ``older_than`` (younger ones may belong to a write still in progress); deleted unless
+    ``dry_run``, calling ``progress(bytes deleted, bytes to delete)`` as they go, if given.
     """
     if not isinstance(older_than, timedelta):
         raise ValidationError(
@@ -167,7 +193,8 @@ def remove_orphan_files(table: Table, older_than: timedelta = timedelta(days=1),
     cutoff = time.time() * 1000 - older_than.total_seconds() * 1000
     orphans = [f for f in listed if f.path not in referenced
                and (f.mtime_ms is None or f.mtime_ms < cutoff)]
-    paths = sorted(f.path for f in orphans)
+    orphans.sort(key=lambda f: f.path)
+    paths = [f.path for f in orphans]
     if not dry_run:
-        storage.delete(paths)
+        delete_reporting(storage, paths, [f.size for f in orphans], progress)
     return OrphanResult(paths, sum(f.size for f in orphans), dry_run)

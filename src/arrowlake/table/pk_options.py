@@ -27,6 +27,7 @@ from arrowlake.table.compaction import (
     CompactionOptions,
     compaction_options,
 )
+from arrowlake.table.maintenance_policy import maintenance_policy
 from arrowlake.table.run_cache import run_cache_bytes
 
 if TYPE_CHECKING:
@@ -163,6 +164,7 @@ def validate_properties(props: Mapping[str, str], primary_key: Sequence[str]) ->
             "count is fixed once rows are written")
     WriteOptions.from_properties(dict(props))
     compaction_options(props)
+    maintenance_policy(props)
     run_cache_bytes(props)
     engine_props = sorted(k for k in props if is_engine_property(k))
     if engine_props and not primary_key:

@@ -40,6 +40,7 @@ from arrowlake.scan.scan import Scan
 from arrowlake.table import changelog, lookup_changelog
 from arrowlake.table.compaction import compact_if_needed, compaction_options
 from arrowlake.table.inputs import batch_stream
+from arrowlake.table.maintenance_policy import compaction_mode
 from arrowlake.table.merge_on_write import commit_on_write
 from arrowlake.table.pk_options import (
     DEFAULT_BUCKETS,
@@ -121,7 +122,8 @@ def commit_rows(table: Table, rows: pa.Table, kind: str, *, commit_id: str | Non
 def compact_vectors_after(table: Table, result: WriteResult) -> WriteResult:
     """``result`` of a merge-on-write commit, with the compaction of the buckets it touched
     that it triggered (within its budget); like :func:`compact_after_commit`, never raises."""
-    if result.snapshot_id is None or result.duplicate or not result.buckets:
+    if result.snapshot_id is None or result.duplicate or not result.buckets or \
+            compaction_mode(table._record.properties) != "inline":
         return result
     options = compaction_options(table._record.properties)
     try:
@@ -140,8 +142,11 @@ def compact_after_commit(table: Table, result: WriteResult, files: Sequence[NewF
                          ) -> WriteResult:
     """``result`` of a commit of runs ``files``, with the compaction of the buckets it touched
     that it triggered. The write has landed, so nothing here raises: a failing compaction is
-    logged and left to the next write or ``compact()``."""
-    if result.snapshot_id is None or result.duplicate:
+    logged and left to the next write or ``compact()``. Only in ``compaction.mode`` inline:
+    otherwise the maintenance service (or ``compact()``) compacts and ``compaction`` stays
+    None."""
+    if result.snapshot_id is None or result.duplicate or \
+            compaction_mode(table._record.properties) != "inline":
         return result
     try:
         compacted = compact_if_needed(table, files)

@@ -20,6 +20,7 @@ from arrowlake.scan.split import MergeSpec
 from arrowlake.table import (
     compaction,
     evolution,
+    health,
     maintenance,
     pk_options,
     primary_key,
@@ -27,6 +28,7 @@ from arrowlake.table import (
     writes,
 )
 from arrowlake.table.compaction import CompactionResult
+from arrowlake.table.health import TableHealth
 from arrowlake.table.maintenance import ExpireResult, OrphanResult
 from arrowlake.table.merge_into import MergeBuilder
 from arrowlake.table.pk_options import merge_engine, sequence_field
@@ -424,6 +426,11 @@ class Table:
     def expire_snapshots(self, older_than: datetime | timedelta | None = None,
                          retain_last: int = 1) -> ExpireResult:
         return maintenance.expire_snapshots(self, older_than, retain_last)
+
+    def health(self) -> TableHealth:
+        """Files, runs per bucket, deleted fraction, small files, snapshots, consumers' lag and
+        the last maintenance actions (see :mod:`arrowlake.table.health`)."""
+        return health.table_health(self)
 
     def remove_orphan_files(self, older_than: timedelta = timedelta(days=1),
                             dry_run: bool = True) -> OrphanResult:

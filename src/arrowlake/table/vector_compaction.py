@@ -36,7 +36,12 @@ from arrowlake.metastore.records import NewFile, SnapshotChange
 from arrowlake.scan.planning import TableView, file_tasks, make_splits
 from arrowlake.scan.read import read_split_table
 from arrowlake.scan.split import FileTask
-from arrowlake.table.compaction import CompactionResult, compaction_options, pick_runs
+from arrowlake.table.compaction import (
+    CompactionResult,
+    DueBucket,
+    compaction_options,
+    pick_runs,
+)
 from arrowlake.table.key_lookup import lookup_columns, remember_written
 from arrowlake.table.pk_options import rewrite_threshold
 from arrowlake.table.sorted_runs import start_group_writers
@@ -109,6 +114,25 @@ def compact_vectors(table: Table, *, full: bool = False, touched: Iterable[int] 
     if not picks:
         return CompactionResult(None)
     return _commit(table, view, base, picks)
+
+
+def due_vector_buckets(table: Table) -> list[DueBucket]:
+    """The buckets of the current snapshot with files past the rewrite threshold, or more
+    than ``compaction.max-runs`` files: what :func:`compact_vectors` would rewrite, with the
+    live bytes it would read. Most files first."""
+    table.refresh()
+    base = table.current_snapshot_id
+    if base is None:
+        return []
+    groups, _ = _groups(table, base, None)
+    props = table._record.properties
+    due = []
+    for files in groups:
+        picked = _pick(files, props, False)
+        if picked:
+            due.append(DueBucket(picked[0].partition_id, picked[0].bucket, len(files),
+                                 _Pick(picked).live_bytes))
+    return sorted(due, key=lambda d: (-d.runs, d.bytes))
 
 
 def _commit(table: Table, view: TableView, base: int, picks: list[_Pick]) -> CompactionResult:
