@@ -274,6 +274,51 @@ def test_compaction_bounds_files_and_drops_deleted_rows(tmp_path):
     lake.close()
 
 
+@pytest.mark.parametrize("races", [1, 2])
+def test_writes_racing_a_compaction_do_not_void_it(tmp_path, monkeypatch, races):
+    """Another writer replaces and deletes rows of the files being compacted after the
+    compaction read them (once, or again after its first catch-up): the compaction drops those
+    rows from its output and commits; the writer's rows stay, no key is live twice."""
+    from arrowlake.table import vector_compaction
+
+    lake = al.connect(tmp_path / "lake")
+    t = _dv_table(lake, properties={"compaction.mode": "off"})
+    n = 600
+    t.upsert({"id": list(range(n)), "p": ["a"] * n, "v": [0] * n, "s": [0] * n})
+    for round_ in (1, 2):
+        keys = list(range(round_, n, 7))
+        t.upsert({"id": keys, "p": ["b"] * len(keys), "v": [round_] * len(keys),
+                  "s": [0] * len(keys)})
+    other = al.connect(tmp_path / "lake").table("s.u")
+    real = vector_compaction._write_output
+    raced = []
+
+    def write_then_race(table, out):
+        real(table, out)
+        if len(raced) < races:
+            step = len(raced)
+            raced.append(step)
+            keys = list(range(step * 50, step * 50 + 40))
+            other.upsert({"id": keys, "p": ["c"] * 40, "v": [100 + step] * 40, "s": [0] * 40})
+            other.delete(f"id = {500 + step}")
+
+    monkeypatch.setattr(vector_compaction, "_write_output", write_then_race)
+    done = t.compact(full=True)
+    monkeypatch.undo()
+    assert len(raced) == races
+    assert done.snapshot_id is not None and not done.dropped
+    rows = _state(t)
+    assert len({r["id"] for r in rows}) == len(rows) == n - races == t.count()
+    for step in range(races):
+        assert all(r["v"] == 100 + step for r in rows if step * 50 <= r["id"] < step * 50 + 40)
+        assert 500 + step not in {r["id"] for r in rows}
+    # The outputs hold none of the raced rows: no vector was needed to hide them.
+    compacted = t.files().filter(pa.compute.equal(t.files()["added_snapshot"], done.snapshot_id))
+    assert t._metastore.live_vectors(t._record.table_id, t.current_snapshot_id,
+                                     compacted["file_id"].to_pylist()) == {}
+    lake.close()
+
+
 def test_the_mode_is_fixed_at_creation(tmp_path):
     lake = al.connect(tmp_path / "lake")
     dv = _dv_table(lake)

@@ -394,6 +394,8 @@ def _byte_matrix(column: pa.Array) -> np.ndarray | None:
     buffers = column.buffers()
     offsets = np.frombuffer(buffers[1], offset_type)[column.offset : column.offset + n + 1]
     lengths = np.diff(offsets)
+    if n == 0:
+        return None  # no width to take from an empty column
     width = int(lengths[0])
     # Only equal-length values (UUIDs, fixed codes) are a zero-copy reshape of the data buffer;
     # variable-length ones go to Arrow's sort instead of padding every value.

@@ -13,27 +13,31 @@ files. Per partition and bucket, a compaction rewrites into one file the live ro
 ``compact(full=True)`` rewrites every bucket with more than one file or any deleted row. After a
 write, the buckets it touched are compacted within ``compaction.write-budget`` times the bytes
 it wrote (the first bucket due always), as for merge-on-read tables. The output keeps the
-sequence range of its inputs. A compaction whose inputs another commit removed, or whose
-vectors another commit extended meanwhile, is dropped: its output would bring those rows back.
+sequence range of its inputs. Writes that mark rows of its inputs deleted while it runs do
+not void it: it drops those rows from its output (found by each output row's origin, the file
+and position it came from), rewrites the output and commits on the newer snapshot, a few times
+at most. A compaction whose inputs another commit removed gives way.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from arrowlake.errors import CommitConflict
+from arrowlake.errors import CommitConflict, DataFileError
 from arrowlake.expressions import AlwaysTrue
 from arrowlake.io.stats import decode_values
 from arrowlake.io.writer import write_started
-from arrowlake.merge.versions import sort_by_key
-from arrowlake.metastore.records import NewFile, SnapshotChange
-from arrowlake.scan.planning import TableView, file_tasks, make_splits
+from arrowlake.merge.versions import sortable_key
+from arrowlake.metastore.records import NewFile, SnapshotChange, StaleVectors
+from arrowlake.scan.planning import TableView, file_tasks, file_vectors, make_splits
 from arrowlake.scan.read import read_split_table
 from arrowlake.scan.split import FileTask
 from arrowlake.table.compaction import (
@@ -135,42 +139,150 @@ def due_vector_buckets(table: Table) -> list[DueBucket]:
     return sorted(due, key=lambda d: (-d.runs, d.bytes))
 
 
-def _commit(table: Table, view: TableView, base: int, picks: list[_Pick]) -> CompactionResult:
+#: How often a compaction that other writes raced catches up with them before it gives way.
+ATTEMPTS = 5
+
+#: A row's origin: its file's number in the pick above these bits, its position below.
+_POSITION_BITS = 40
+
+
+@dataclass
+class _Output:
+    """One pick rewritten: its live rows sorted by key, each row's origin, the files holding
+    them (written, not yet committed)."""
+
+    pick: _Pick
+    rows: pa.Table
+    origin: np.ndarray
+    files: list[NewFile] = field(default_factory=list)
+
+
+def _read_pick(table: Table, view: TableView, pick: _Pick) -> _Output:
+    """The live rows of a pick's files, sorted by key, with the file and position each row
+    comes from (so that rows deleted while the compaction runs can be found in its output)."""
+    schema = table.schema
+    parts, origins = [], []
+    for number, task in enumerate(pick.files):
+        split = make_splits(view, [task], columns=schema.names, expr=AlwaysTrue(),
+                            target_bytes=1 << 62)[0]
+        part = read_split_table(split)
+        kept = np.arange(task.row_count, dtype=np.int64)
+        if task.deletes is not None and task.deletes.cardinality:
+            alive = np.ones(task.row_count, dtype=bool)
+            alive[task.deletes.positions(view.storage, task.path).astype(np.int64)] = False
+            kept = kept[alive]
+        if len(kept) != part.num_rows:
+            raise DataFileError(
+                f"{task.path} read {part.num_rows} live rows where its row count and deletion "
+                f"vector say {len(kept)}: the file or its vector is damaged")
+        parts.append(part)
+        origins.append((np.int64(number) << _POSITION_BITS) | kept)
+    rows = pa.concat_tables(parts)
+    key = list(table._record.primary_key)
+    image = sortable_key(rows, key)
+    if image is not None:
+        order = np.argsort(image, kind="stable")
+    else:
+        order = pc.sort_indices(rows.select(key), [(k, "ascending") for k in key]).to_numpy()
+    return _Output(pick, rows.take(pa.array(order)), np.concatenate(origins)[order])
+
+
+def _write_output(table: Table, out: _Output) -> None:
+    """Write an output's rows as its bucket's new file(s)."""
     rec = table._record
     schema = table.schema
-    added: list[NewFile] = []
+    pick = out.pick
+    group = (_partition_scalars(table, pick.files[0]), pick.files[0].bucket or 0, out.rows)
+    files, started = write_started(partial(start_group_writers, table, [group], schema))
+    # The next write in this process finds the new files' keys without reading them.
+    remember_written(table._storage, rec.location, started, schema,
+                     lookup_columns(rec.primary_key, rec.partition_by))
+    # The output keeps the sequence range of the files it replaces.
+    low = min(f.seq_min or 0 for f in pick.files)
+    high = max(f.seq_max or 0 for f in pick.files)
+    out.files = [replace(f, seq_min=low, seq_max=high) for f in files]
+
+
+def _catch_up(table: Table, outputs: list[_Output]) -> int | None:
+    """After other commits marked rows of the compacted files deleted: drop those rows from
+    the outputs (rewriting the outputs they were in) and return the snapshot the outputs now
+    match; None when another commit removed one of the files (the compaction gives way)."""
+    table.refresh()
+    base = table.current_snapshot_id
+    view = table._view(base, current_schema=True)
+    ids = [task.file_id for out in outputs for task in out.pick.files]
+    live = table._metastore.live_files(table._record.table_id, base)
+    if not set(ids) <= set(live.column("file_id").to_pylist()):
+        return None
+    now = dict(zip(ids, file_vectors(view, ids), strict=True))
+    for out in outputs:
+        gone = []
+        files = list(out.pick.files)
+        for number, task in enumerate(files):
+            ref = now[task.file_id]
+            before = task.deletes.cardinality if task.deletes is not None else 0
+            if ref is None or ref.cardinality == before:
+                continue
+            positions = ref.positions(view.storage, task.path).astype(np.int64)
+            if before:
+                assert task.deletes is not None
+                old = task.deletes.positions(view.storage, task.path).astype(np.int64)
+                positions = positions[~np.isin(positions, old, assume_unique=True)]
+            gone.append((np.int64(number) << _POSITION_BITS) | positions)
+            files[number] = replace(task, deletes=ref)
+        if not gone:
+            continue
+        out.pick = _Pick(files)
+        dead = np.isin(out.origin, np.concatenate(gone))
+        if dead.any():
+            out.rows = out.rows.filter(pa.array(~dead))
+            out.origin = out.origin[~dead]
+            _discard(table, out.files)
+            out.files = []
+            _write_output(table, out)
+    return base
+
+
+def _commit(table: Table, view: TableView, base: int, picks: list[_Pick]) -> CompactionResult:
+    """Rewrite ``picks`` and commit them as one snapshot. Writes that mark rows of the picked
+    files deleted meanwhile do not void it: their rows are dropped from the output (rewritten
+    without them) and the commit is tried again on the newer snapshot, up to
+    :data:`ATTEMPTS` times. Only a commit that removed a picked file makes it give way."""
+    rec = table._record
+    outputs: list[_Output] = []
     try:
         for pick in picks:
-            split = make_splits(view, pick.files, columns=schema.names, expr=AlwaysTrue(),
-                                target_bytes=1 << 62)[0]
-            rows = sort_by_key(read_split_table(split), list(rec.primary_key))
-            group = (_partition_scalars(table, pick.files[0]), pick.files[0].bucket or 0, rows)
-            files, started = write_started(partial(start_group_writers, table, [group], schema))
-            # The next write in this process finds the new files' keys without reading them.
-            remember_written(table._storage, rec.location, started, schema,
-                             lookup_columns(rec.primary_key, rec.partition_by))
-            # The output keeps the sequence range of the files it replaces.
-            low = min(f.seq_min or 0 for f in pick.files)
-            high = max(f.seq_max or 0 for f in pick.files)
-            added += [replace(f, seq_min=low, seq_max=high) for f in files]
-        removed = [f for pick in picks for f in pick.files]
-        change = SnapshotChange(
-            kind="compact", schema_id=rec.current_schema_id, add=added,
-            remove=[f.file_id for f in removed],
-            removed_rows=sum(f.live_rows for f in removed),
-            summary={"buckets": len(picks)},
-            expect_vectors={f.file_id: f.deletes.since if f.deletes else None for f in removed})
-        try:
-            result = table._metastore.commit(rec.table_id, base, change)
-        except CommitConflict:
-            _discard(table, added)
-            return CompactionResult(None, dropped=True)
+            out = _read_pick(table, view, pick)
+            outputs.append(out)
+            _write_output(table, out)
+        for _ in range(ATTEMPTS):
+            removed = [f for out in outputs for f in out.pick.files]
+            added = [f for out in outputs for f in out.files]
+            change = SnapshotChange(
+                kind="compact", schema_id=rec.current_schema_id, add=added,
+                remove=[f.file_id for f in removed],
+                removed_rows=sum(f.live_rows for f in removed),
+                summary={"buckets": len(outputs)},
+                expect_vectors={f.file_id: f.deletes.since if f.deletes else None
+                                for f in removed})
+            try:
+                result = table._metastore.commit(rec.table_id, base, change)
+            except StaleVectors:
+                caught_up = _catch_up(table, outputs)
+                if caught_up is None:
+                    break
+                base = caught_up
+                continue
+            except CommitConflict:
+                break
+            return CompactionResult(result.snapshot_id, len(outputs), len(removed), len(added),
+                                    removed_bytes=sum(f.file_size for f in removed),
+                                    added_bytes=sum(f.file_size for f in added))
+        _discard(table, [f for out in outputs for f in out.files])
+        return CompactionResult(None, dropped=True)
     except BaseException:
-        _discard(table, added)
+        _discard(table, [f for out in outputs for f in out.files])
         raise
-    return CompactionResult(result.snapshot_id, len(picks), len(removed), len(added),
-                            removed_bytes=sum(f.file_size for f in removed),
-                            added_bytes=sum(f.file_size for f in added))
 
 
 def _partition_scalars(table: Table, task: FileTask) -> tuple[pa.Scalar, ...]:
