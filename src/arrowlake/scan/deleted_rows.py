@@ -11,7 +11,10 @@ a plain read pushes down, so both give the same rows.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -21,6 +24,42 @@ import pyarrow.dataset as ds
 from arrowlake.errors import DataFileError
 from arrowlake.io.deletion_vectors import VectorRef, keep_mask
 from arrowlake.io.storage import Storage
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+
+#: Files with deleted rows read at once, ahead of the one being consumed: each is read whole
+#: (its positions must line up), and a bucket holds many small ones between compactions, so
+#: reading them one after the other would wait on each file's open and footer in turn.
+READ_AHEAD = 4
+
+
+def read_ahead(items: Sequence[_T], read: Callable[[_T], _R], ahead: int = READ_AHEAD
+               ) -> Iterator[tuple[_T, _R]]:
+    """``(item, read(item))`` for each item in order, up to ``ahead`` of them read at once on
+    threads of their own."""
+    if len(items) <= 1:
+        for item in items:
+            yield item, read(item)
+        return
+    with ThreadPoolExecutor(max_workers=min(ahead, len(items)),
+                            thread_name_prefix="arrowlake-masked") as pool:
+        pending: deque[tuple[_T, Future[_R]]] = deque()
+        upcoming = iter(items)
+        try:
+            for item in upcoming:
+                pending.append((item, pool.submit(read, item)))
+                if len(pending) >= ahead:
+                    break
+            while pending:
+                item, future = pending.popleft()
+                following = next(upcoming, None)
+                if following is not None:
+                    pending.append((following, pool.submit(read, following)))
+                yield item, future.result()
+        finally:
+            for _, future in pending:
+                future.cancel()
 
 
 def row_group_starts(fragment: ds.ParquetFileFragment) -> np.ndarray:
@@ -57,12 +96,14 @@ def live_batches(storage: Storage, path: str, deletes: VectorRef,
     if int(lengths.sum()) != rows.num_rows:
         raise DataFileError(f"{path} holds {rows.num_rows} rows in the row groups read, "
                             f"its footer says {int(lengths.sum())}")
-    # The position of every row read: each kept row group's start, counted on.
-    offsets = np.repeat(starts[groups] - np.concatenate(([0], np.cumsum(lengths)[:-1])),
-                        lengths)
     mask = keep_mask(deleted, 0, int(starts[-1]))
     if mask is not None:
-        rows = rows.filter(pa.array(mask[np.arange(rows.num_rows) + offsets]))
+        if len(kept) < len(starts) - 1:
+            # The position of every row read: each kept row group's start, counted on.
+            offsets = np.repeat(starts[groups] - np.concatenate(([0], np.cumsum(lengths)[:-1])),
+                                lengths)
+            mask = mask[np.arange(rows.num_rows) + offsets]
+        rows = rows.filter(pa.array(mask))
     if rows.num_rows == 0:
         return
     if filter is None and isinstance(columns, list) and columns == names:

@@ -51,7 +51,7 @@ from arrowlake.merge.read import (
     split_residual,
 )
 from arrowlake.merge.runs import KIND_COLUMN, KIND_FIELD
-from arrowlake.scan.deleted_rows import live_batches
+from arrowlake.scan.deleted_rows import live_batches, read_ahead
 from arrowlake.schema import field_id
 
 if TYPE_CHECKING:
@@ -503,12 +503,16 @@ def _masked(split: Split, group: _GroupRead) -> Iterator[tuple[FileTask, pa.Reco
     if not group.masked:
         return
     fs = split.storage.filesystem()
-    for task in group.masked:
+
+    def read(task: FileTask) -> list[pa.RecordBatch]:
         assert task.deletes is not None
-        for batch in live_batches(split.storage, task.path, task.deletes,
-                                  _fragment(split.storage, fs, task),
-                                  group.file_schema, group.read_columns, group.columns,
-                                  group.filter, split.batch_size):
+        return list(live_batches(split.storage, task.path, task.deletes,
+                                 _fragment(split.storage, fs, task), group.file_schema,
+                                 group.read_columns, group.columns, group.filter,
+                                 split.batch_size))
+
+    for task, batches in read_ahead(group.masked, read):
+        for batch in batches:
             yield task, batch
 
 

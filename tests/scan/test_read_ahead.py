@@ -1,0 +1,49 @@
+"""Files with deleted rows are read a few at a time, handed on in order."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from arrowlake.scan.deleted_rows import read_ahead
+
+
+def test_results_come_in_order_while_several_are_read_at_once() -> None:
+    running, most = 0, 0
+    lock = threading.Lock()
+
+    def read(item: int) -> int:
+        nonlocal running, most
+        with lock:
+            running += 1
+            most = max(most, running)
+        time.sleep(0.02 if item % 2 == 0 else 0.001)  # later items finish first
+        with lock:
+            running -= 1
+        return item * 10
+
+    assert list(read_ahead(list(range(12)), read, ahead=4)) == [(i, i * 10) for i in range(12)]
+    assert 2 <= most <= 4
+
+
+def test_an_error_reaches_the_reader_and_a_closed_reader_stops_reading() -> None:
+    def read(item: int) -> int:
+        if item == 3:
+            raise ValueError("damaged")
+        return item
+
+    with pytest.raises(ValueError, match="damaged"):
+        list(read_ahead(list(range(8)), read, ahead=2))
+    started: list[int] = []
+
+    def slow(item: int) -> int:
+        started.append(item)
+        time.sleep(0.01)
+        return item
+
+    reader = read_ahead(list(range(100)), slow, ahead=3)
+    assert next(reader) == (0, 0)
+    reader.close()
+    assert len(started) <= 5  # not the 100 a reader that kept going would have started
