@@ -193,10 +193,15 @@ class Driver:
                                        daemon=True)
         self.process.start()
         child.close()
-        if not self._conn.poll(timeout):
+        try:
+            if not self._conn.poll(timeout):
+                raise EOFError
+            status, self.ui_url = self._conn.recv()
+        except EOFError:  # no answer, or the process died (Maven Central out of reach, ...)
             self.stop()
-            raise ServiceStartError(f"The cluster's driver did not start: {self.base}/driver.log")
-        status, self.ui_url = self._conn.recv()
+            raise ServiceStartError(
+                f"The cluster's driver did not start; its log {self.base}/driver.log ends:\n"
+                + "\n".join(self.log().splitlines()[-15:])) from None
         assert status == "ready"
 
     def call(self, func: Callable[..., Any], *args: Any) -> Any:
