@@ -26,18 +26,18 @@ def cluster(tmp_path_factory):
     from tests.services import ServiceStartError
 
     base = tmp_path_factory.mktemp("spark-cluster")
+    nodes = driver = None
     try:
         nodes = Cluster(base)
-    except ServiceStartError as exc:
-        if os.environ.get("CI"):
-            raise
-        pytest.skip(f"The Spark cluster could not be started here: {exc}")
-    try:
-        driver = Driver(nodes)
+        driver = Driver(nodes)  # while the workers start
+        nodes.wait_for_workers(2)
+        driver.wait_for_executors(2)
     except BaseException as exc:
-        nodes.stop()
+        for started in (driver, nodes):
+            if started is not None:
+                started.stop()
         if isinstance(exc, ServiceStartError) and not os.environ.get("CI"):
-            pytest.skip(f"The Spark cluster's driver could not be started here: {exc}")
+            pytest.skip(f"The Spark cluster could not be started here: {exc}")
         raise
     driver.nodes = nodes
     yield driver

@@ -30,7 +30,7 @@ import pyspark
 
 import arrowlake
 from arrowlake.spark.s3a import s3a_package
-from tests.services import LOCALHOST, ServiceStartError, free_port
+from tests.services import LOCALHOST, ServiceStartError, _port_open, free_port
 
 SPARK_HOME = Path(pyspark.__file__).parent
 SRC = str(Path(arrowlake.__file__).resolve().parent.parent)
@@ -45,7 +45,8 @@ def _no_proxy() -> urllib.request.OpenerDirector:
 
 
 class Cluster:
-    """The master and worker JVMs (stopped together)."""
+    """The master and worker JVMs (stopped together). The workers start while the caller
+    goes on (starting a driver, say): :meth:`wait_for_workers` waits for them."""
 
     def __init__(self, base: Path, workers: int = 2) -> None:
         self.base = base
@@ -61,6 +62,12 @@ class Cluster:
                "PYTHONPATH": PYTHONPATH, "PYSPARK_PYTHON": sys.executable}
         self._start("master", env, "org.apache.spark.deploy.master.Master", "--host", LOCALHOST,
                     "--port", str(self.port), "--webui-port", str(self.ui_port))
+        deadline = time.monotonic() + 90
+        while not _port_open(LOCALHOST, self.port):  # a driver registers once it listens
+            if time.monotonic() > deadline or self.procs[0].poll() is not None:
+                self.stop()
+                raise ServiceStartError(f"The Spark master did not start; logs in {self.logs}")
+            time.sleep(0.1)
         for i in range(workers):
             work = base / f"worker-{i}"
             work.mkdir()
@@ -69,7 +76,6 @@ class Cluster:
                         "--host", LOCALHOST, "--port", str(free_port()),
                         "--webui-port", str(free_port()), "--cores", "1", "--memory", "1g",
                         "--work-dir", str(work), self.url)
-        self._wait_for_workers(workers)
 
     def _start(self, name: str, env: dict[str, str], cls: str, *args: str) -> None:
         log = open(self.logs / f"{name}.log", "wb")  # noqa: SIM115 - the JVM writes to it
@@ -79,7 +85,7 @@ class Cluster:
             start_new_session=True))
         log.close()
 
-    def _wait_for_workers(self, count: int, timeout: float = 90) -> None:
+    def wait_for_workers(self, count: int = 2, timeout: float = 90) -> None:
         deadline = time.monotonic() + timeout
         alive = 0
         while time.monotonic() < deadline:
@@ -95,7 +101,7 @@ class Cluster:
             except OSError:
                 pass
             time.sleep(0.3)
-        self._stop_processes()
+        self.stop()
         raise ServiceStartError(f"The Spark cluster did not come up ({alive} of {count} workers)"
                                 f"; logs in {self.logs}")
 
@@ -110,11 +116,6 @@ class Cluster:
         return out
 
     def stop(self) -> None:
-        self._stop_processes()
-        for work in self.work_dirs:  # the executors' copies of the jars: 700 MB each
-            shutil.rmtree(work, ignore_errors=True)
-
-    def _stop_processes(self) -> None:
         for proc in self.procs:
             if proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
@@ -125,6 +126,8 @@ class Cluster:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+        for work in self.work_dirs:  # the executors' copies of the jars: 700 MB each
+            shutil.rmtree(work, ignore_errors=True)
 
 
 def _serve(conn: Any, master: str, base: str) -> None:
@@ -211,6 +214,16 @@ class Driver:
         if status == "error":
             raise AssertionError(f"{func.__name__} failed in the cluster's driver:\n{value}")
         return value
+
+    def wait_for_executors(self, count: int, timeout: float = 120) -> None:
+        from tests.cluster.jobs import executors
+
+        deadline = time.monotonic() + timeout
+        while len(self.call(executors)) < count:
+            if time.monotonic() > deadline:
+                raise ServiceStartError(f"The cluster gave the driver fewer than {count} "
+                                        f"executors; logs in {self.base}")
+            time.sleep(0.2)
 
     def event_log(self) -> str:
         return "\n".join(p.read_text(errors="replace")

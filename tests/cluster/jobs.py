@@ -91,3 +91,4 @@ def plan_texts(spark: SparkSession, lake: dict, table: str) -> dict:
         with opener.open(f"{api}/{page}", timeout=30) as resp:
             ui[page] = json.loads(resp.read())
     return {"plans": texts, "ui": json.dumps(ui)}
+

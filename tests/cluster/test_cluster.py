@@ -62,8 +62,6 @@ def test_a_streaming_query_restarts_from_its_checkpoint(cluster, cluster_lake, p
                         checkpoint) >= 1
     copy = pg_s3_lake.table("c.events_copy")
     assert sorted_rows(copy.to_arrow(), "id") == sorted_rows(source.to_arrow(), "id")
-    assert cluster.call(jobs.stream_copy, cluster_lake, "c.events", "c.events_copy",
-                        checkpoint) == 0
 
 
 def test_maintenance_jobs_on_the_cluster(cluster, cluster_lake, pg_s3_lake):
