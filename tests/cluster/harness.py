@@ -12,6 +12,7 @@ as the driver's traceback.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import multiprocessing
 import os
@@ -41,6 +42,13 @@ PYTHONPATH = os.pathsep.join([SRC, ROOT])
 #: Every JVM of the cluster runs tiny jobs: compiling only with C1 and one GC thread spends less
 #: of the machine's two cores on warming up than the default JIT and GC do.
 JAVA_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:CICompilerCount=1"
+
+
+def _die_with_parent() -> None:
+    """Linux: this process gets SIGTERM when the one that started it dies (a killed test run
+    leaves no JVM behind; spark-class execs java, which keeps the setting)."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def _no_proxy() -> urllib.request.OpenerDirector:
@@ -86,7 +94,7 @@ class Cluster:
         self.procs.append(subprocess.Popen(
             [str(SPARK_HOME / "bin" / "spark-class"), cls, *args], stdout=log,
             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-            start_new_session=True))
+            start_new_session=True, preexec_fn=_die_with_parent))
         log.close()
 
     def wait_for_workers(self, count: int = 2, timeout: float = 90) -> None:
@@ -136,6 +144,7 @@ class Cluster:
 
 def _serve(conn: Any, master: str, base: str) -> None:
     """The driver process: a SparkSession on the cluster, calling the jobs it is sent."""
+    _die_with_parent()
     log = os.open(os.path.join(base, "driver.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     os.dup2(log, 1)
     os.dup2(log, 2)

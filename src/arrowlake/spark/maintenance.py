@@ -86,6 +86,8 @@ def run_tasks(spark: SparkSession, work: Callable[[Any], Any], payloads: Sequenc
     """``work(payload)`` for each payload, one Spark task each; the results in order."""
     if not payloads:
         return []
+    # The payloads travel in the function's closure: in the stage's task binary, which Spark
+    # broadcasts (once per executor), each task taking its own by index.
     blobs = [pickle.dumps(p) for p in payloads]
     df = spark.range(len(blobs), numPartitions=len(blobs)).mapInArrow(
         partial(_task, work, blobs), "index long, result binary")
