@@ -5,8 +5,9 @@
   (merge-on-read tables) or drops their deleted rows (deletion-vector tables), writes the
   result and returns the written files' metadata; the driver commits them all as one
   snapshot, exactly as the in-process compaction does. A compaction that loses a race with
-  another commit is dropped (its files deleted), never failed. If the job fails, nothing is
-  committed; files of tasks that finished are deleted, those of tasks that died are left to
+  another commit is dropped (its files deleted), never failed; on a deletion-vector table, so
+  is one whose files a write marked rows of meanwhile (the in-process compaction catches up
+  instead). If the job fails nothing is committed, and the files its tasks wrote are left to
   orphan removal.
 - :func:`remove_orphan_files`: the table's directory tree is split on the driver into
   subtrees (one-level listings), the subtrees are listed by Spark tasks, the driver keeps the
