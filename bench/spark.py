@@ -42,19 +42,24 @@ PySpark issue sets targets for:
   worker unpickles the read function planned on the driver, with arrowlake's reader, and the
   partition, and reads it), timed to its first batch, against ``python -c "import
   pyarrow.parquet"``. Target: arrowlake's part (unpickling, which imports arrowlake, and the
-  first batch) <= 0.3 s.
+  first batch) <= 0.3 s;
+- on S3 (the moto server of tests/services.py, at most ``--s3-rows`` rows, default 2,000,000:
+  moto keeps objects in memory): the fast path, reading through S3A (hadoop-aws from
+  ``spark.jars.packages``), against ``spark.read.parquet`` of the same files with the same
+  S3A settings (target >= 0.9x).
 
     python bench/spark.py [--rows 10000000] [--runs 3] [--only reads,pushdown]
 
 ``--only`` runs some sections: ``writes``, ``reads`` (append table), ``pushdown``, ``pk``
 (primary-key table), ``dv`` (primary-key table with deletion vectors), ``startup`` (worker
-start-up). The read sections
+start-up), ``s3``. The read sections
 need data: without ``writes``, the append table and its Parquet copy are written once, untimed.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import shutil
@@ -72,12 +77,14 @@ import pyarrow.parquet as pq
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 sys.path.insert(0, SRC)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.services: the S3 server
 os.environ["PYTHONPATH"] = os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")])
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ["PYSPARK_PYTHON"] = sys.executable
 
 import arrowlake as al  # noqa: E402
 import arrowlake.spark as als  # noqa: E402
+from arrowlake.spark.s3a import s3a_package  # noqa: E402
 
 
 def median_time(fn: Callable[[], object], runs: int, warmup: int = 0) -> float:
@@ -227,7 +234,7 @@ def fresh_process(args: list[str]) -> tuple[float, str]:
     return time.perf_counter() - start, done.stdout
 
 
-SECTIONS = ("writes", "reads", "pushdown", "pk", "dv", "startup")
+SECTIONS = ("writes", "reads", "pushdown", "pk", "dv", "startup", "s3")
 
 SCHEMA = pa.schema([("id", pa.int64()), ("qty", pa.int32()), ("amount", pa.float64()),
                     ("customer", pa.string()), ("day", pa.string())])
@@ -237,6 +244,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--s3-rows", type=int, default=2_000_000)
     parser.add_argument("--only", default=",".join(SECTIONS),
                         help=f"comma-separated sections to run, of {','.join(SECTIONS)}")
     args = parser.parse_args()
@@ -247,10 +255,14 @@ def main() -> None:
 
     from pyspark.sql import SparkSession
 
-    spark = (SparkSession.builder.master("local[2]").appName("arrowlake-bench")
-             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.shuffle.partitions", "2")
-             .config("spark.driver.memory", "3g").getOrCreate())
+    builder = (SparkSession.builder.master("local[2]").appName("arrowlake-bench")
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", "2")
+               .config("spark.driver.memory", "3g"))
+    if "s3" in only:  # S3A for Spark's own reader
+        builder = builder.config("spark.jars.packages", s3a_package())
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     root = Path(tempfile.mkdtemp(prefix="arrowlake-spark-bench-"))
     lake_path = str(root / "lake")
@@ -457,9 +469,50 @@ def main() -> None:
                      "(target <= 0.3)")):
                 print(f"  {label:<58} {seconds:7.2f} s {note}", flush=True)
 
+        if "s3" in only:
+            s3_aggregate(spark, root, min(n, args.s3_rows), runs, report)
+
     finally:
         spark.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def s3_aggregate(spark, root: Path, n: int, runs: int,
+                 report: Callable[[str, float, int, str], None]) -> None:
+    """The fast path on S3 (moto) against ``spark.read.parquet`` of the same files."""
+    from tests.services import start_s3
+
+    print(f"full aggregate, append table on S3 (moto), {n:,} rows", flush=True)
+    server = start_s3(threads=16)
+    try:
+        warehouse = f"s3://{server.create_bucket('bench-spark')}/warehouse"
+        options = server.storage_options()
+        uri = f"sqlite:///{root}/s3-meta.db"
+        lake = al.connect(uri, warehouse=warehouse, storage_options=options)
+        lake.create_table("bench.orders_s3", SCHEMA)
+        generated(spark, n).write.format("arrowlake").option("lake", uri) \
+            .option("warehouse", warehouse).option("storageOptions", json.dumps(options)) \
+            .mode("append").save("bench.orders_s3")
+        plan = als.plan_read(spark, lake, "bench.orders_s3")
+        assert plan.parquet and not plan.source, plan.describe()  # S3A reaches every file
+        files = [p for g in plan.parquet for p in g.paths]
+        settings = dict(plan.parquet[0].options)
+
+        def parquet() -> tuple:
+            return aggregate(spark.read.options(**settings).parquet(*files))
+
+        def fast() -> tuple:
+            return aggregate(als.read(spark, lake, "bench.orders_s3"))
+
+        assert same(fast(), parquet())
+        base = median_time(parquet, runs, 1)
+        report("spark.read.parquet of the table's files on S3 (S3A)", base, n, "")
+        seconds = median_time(fast, runs, 1)
+        report("arrowlake.spark.read (fast path) on S3", seconds, n,
+               f"ratio {base / seconds:.2f} (target >= 0.9); {plan.describe()}")
+        lake.close()
+    finally:
+        server.stop()
 
 
 if __name__ == "__main__":

@@ -96,3 +96,47 @@ def _comparable(value):
     if isinstance(value, list):
         return [_comparable(v) for v in value]
     return value
+
+
+# -- tables for maintenance jobs ----------------------------------------------------------------
+
+MAINTENANCE_SCHEMA = pa.schema([("day", pa.string()), ("id", pa.int64()), ("v", pa.float64())])
+
+
+def fill_for_compaction(table) -> None:
+    """Writes that leave each bucket of a primary-key table (partitioned by ``day``) several
+    runs, updated and deleted rows among them: the same writes for every table given."""
+    for step in range(4):
+        ids = list(range(step * 5, step * 5 + 20))
+        table.upsert(pa.table({"day": [f"d{i % 2}" for i in ids], "id": ids,
+                               "v": [float(i * 10 + step) for i in ids]},
+                              schema=MAINTENANCE_SCHEMA))
+    table.delete("id < 3")
+
+
+def compaction_table(lake, name: str, *, deletion_vectors: bool = False):
+    table = lake.create_table(name, MAINTENANCE_SCHEMA, partition_by=["day"],
+                              primary_key=["day", "id"], buckets=2,
+                              deletion_vectors=deletion_vectors)
+    fill_for_compaction(table)
+    return table
+
+
+def bucket_files(table) -> list[tuple]:
+    """Per live file: (partition, bucket, rows, sequence range): the table's layout."""
+    table.refresh()
+    files = table._metastore.live_files(table._record.table_id, table.current_snapshot_id)
+    paths = {pid: path for pid, path, _ in table._metastore.partitions(table._record.table_id)}
+    return sorted(((paths.get(pid), *rest) for pid, *rest in zip(*(
+        files.column(c).to_pylist() for c in (
+            "partition_id", "bucket", "row_count", "seq_min", "seq_max")), strict=True)),
+        key=repr)
+
+
+def same_compaction(spark_result, local_result) -> None:
+    """A Spark compaction did what the in-process one did (written bytes may differ: tasks
+    choose encodings on their own rows)."""
+    fields = ("buckets", "removed_files", "added_files", "removed_bytes", "dropped")
+    assert {f: getattr(spark_result, f) for f in fields} == \
+        {f: getattr(local_result, f) for f in fields}
+    assert spark_result.snapshot_id is not None

@@ -315,5 +315,17 @@ class ObjectStorage(Storage):
             raise self._error("list", prefix, exc) from exc
         return out
 
+    def list_children(self, prefix: str) -> tuple[list[FileInfo], list[str]]:
+        key = self.key(prefix.rstrip("/") + "/") if prefix.rstrip("/") != self.root else ""
+        try:
+            listed = _obstore().list_with_delimiter(self.store, key or None)
+        except Exception as exc:
+            raise self._error("list", prefix, exc) from exc
+        files = [FileInfo(self.url(meta["path"]), int(meta["size"]),
+                          int(meta["last_modified"].timestamp() * 1000)
+                          if meta.get("last_modified") is not None else None)
+                 for meta in listed["objects"]]
+        return files, sorted(self.url(p) for p in listed["common_prefixes"])
+
 
 register_backend(SCHEMES, ObjectStorage)

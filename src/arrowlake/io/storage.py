@@ -88,6 +88,20 @@ class Storage(ABC):
     def list_files(self, prefix: str) -> list[FileInfo]:
         """Every file below ``prefix`` (recursively)."""
 
+    def list_children(self, prefix: str) -> tuple[list[FileInfo], list[str]]:
+        """The files directly in ``prefix`` and its subdirectories (absolute), for listing a
+        large tree in parallel. Backends override it with a one-level listing; this one lists
+        everything below."""
+        base = prefix.rstrip("/") + "/"
+        files, dirs = [], set()
+        for f in self.list_files(prefix):
+            rest = f.path[len(base):]
+            if "/" in rest:
+                dirs.add(base + rest.split("/", 1)[0])
+            else:
+                files.append(f)
+        return files, sorted(dirs)
+
     def join(self, base: str, *parts: str) -> str:
         out = base.rstrip("/")
         for part in parts:
@@ -198,6 +212,24 @@ class LocalStorage(Storage):
                     continue
                 out.append(FileInfo(full, st.st_size, int(st.st_mtime * 1000)))
         return out
+
+    def list_children(self, prefix: str) -> tuple[list[FileInfo], list[str]]:
+        files: list[FileInfo] = []
+        dirs: list[str] = []
+        try:
+            entries = list(os.scandir(prefix))
+        except (FileNotFoundError, NotADirectoryError):
+            return files, dirs
+        for entry in entries:
+            try:
+                if entry.is_dir():
+                    dirs.append(entry.path)
+                else:
+                    st = entry.stat()
+                    files.append(FileInfo(entry.path, st.st_size, int(st.st_mtime * 1000)))
+            except FileNotFoundError:
+                continue
+        return files, sorted(dirs)
 
 
 def discard_after_failure(storage: Storage, paths: Sequence[str]) -> None:

@@ -22,6 +22,7 @@ require("pyspark", "spark", "arrowlake.spark")
 if TYPE_CHECKING:
     from arrowlake.spark import stream as _stream
     from arrowlake.spark.fast import FastReadPlan, plan_read, read
+    from arrowlake.spark.maintenance import compact, remove_orphan_files
     from arrowlake.spark.source import FORMAT
     from arrowlake.spark.stream import ArrowlakeDataSource, foreach_batch_sink
 else:
@@ -33,9 +34,11 @@ __getattr__, __dir__ = lazy_exports(__name__, {
     "ArrowlakeDataSource": "arrowlake.spark.stream",
     "FORMAT": "arrowlake.spark.source",
     "FastReadPlan": "arrowlake.spark.fast",
+    "compact": "arrowlake.spark.maintenance",
     "foreach_batch_sink": "arrowlake.spark.stream",
     "plan_read": "arrowlake.spark.fast",
     "read": "arrowlake.spark.fast",
+    "remove_orphan_files": "arrowlake.spark.maintenance",
 })
 
 
@@ -45,5 +48,5 @@ def register(spark: Any) -> None:
     spark.dataSource.register(_stream.ArrowlakeDataSource)
 
 
-__all__ = ["FORMAT", "ArrowlakeDataSource", "FastReadPlan", "foreach_batch_sink", "plan_read",
-           "read", "register"]
+__all__ = ["FORMAT", "ArrowlakeDataSource", "FastReadPlan", "compact", "foreach_batch_sink",
+           "plan_read", "read", "register", "remove_orphan_files"]

@@ -15,8 +15,11 @@ and then reads
   equal size go to different reads), and the deleted rows are dropped by a ``NOT IN`` list
   (few deleted rows), a bitmap over the files' rows (files of a few million rows) or a left
   anti-join (see :func:`_drop_deleted`), all built on the driver from the vectors;
+- on S3 through Hadoop's S3A (``spark.jars.packages``, see :mod:`arrowlake.spark.s3a`), with
+  the lake's storage options as S3A settings of the bucket, given to each read;
 - through the ``arrowlake`` data source: buckets whose runs must be merged, files on storage
-  Spark cannot reach (object stores without Hadoop's S3A on Spark's classpath), and files
+  Spark cannot reach (object stores without Hadoop's S3A on Spark's classpath: a warning names
+  the package, once), and files
   holding types Spark's reader does not take (nanosecond timestamps, times, durations, float16,
   decimals over 38 digits, fixed-size binaries).
 
@@ -59,11 +62,13 @@ from arrowlake.expressions import (
     referenced_columns,
 )
 from arrowlake.io.deletion_vectors import VectorRef
+from arrowlake.io.object_store import ObjectStorage
 from arrowlake.io.storage import LocalStorage, Storage
 from arrowlake.lake import Lake, lake_address
 from arrowlake.scan.read import bucket_groups, needs_merge
 from arrowlake.scan.split import FileTask, Split
 from arrowlake.schema import field_id
+from arrowlake.spark import s3a
 from arrowlake.spark.source import (
     FORMAT,
     SPLITS_OPTION,
@@ -144,6 +149,8 @@ class ParquetGroup:
     file_schema: pa.Schema
     rows: int  # live rows (deleted rows not counted)
     deletes: DeletedRows | None = None  # the files' deletion vectors, if they have any
+    # Options of the read (S3A settings of the files' bucket: credentials, never shown).
+    options: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
 
 _METHODS = {"list": "NOT IN list", "bitmap": "bitmap", "join": "anti-join"}
@@ -232,18 +239,19 @@ def _column_sources(table_schema: pa.Schema, file_schema: pa.Schema, needed: Seq
 def _spark_path(storage: Storage, path: str, spark: SparkSession | None) -> str | None:
     if isinstance(storage, LocalStorage):
         return "file://" + path
-    if path.startswith("s3://") and spark is not None and _has_s3a(spark):
-        return "s3a://" + path[len("s3://"):]
+    if s3a.is_s3(path) and spark is not None and _read_options(storage, path) is not None:
+        if s3a.has_s3a(spark):
+            return s3a.s3a_path(path)
+        s3a.warn_missing()
     return None
 
 
-def _has_s3a(spark: SparkSession) -> bool:
-    try:
-        jvm: Any = spark._jvm  # absent under Spark Connect
-        jvm.java.lang.Class.forName("org.apache.hadoop.fs.s3a.S3AFileSystem")
-        return True
-    except Exception:
-        return False
+def _read_options(storage: Storage, path: str) -> dict[str, str] | None:
+    """The options of a Spark read of ``path`` (S3A settings of its bucket); None when S3A
+    cannot reach it as the lake's storage options say."""
+    if not isinstance(storage, ObjectStorage):
+        return {}
+    return s3a.s3a_options(s3a.bucket_of(path), storage.options)
 
 
 def _needed(schema_names: Sequence[str], expr: Expr) -> list[str]:
@@ -308,8 +316,10 @@ def plan_read(spark: SparkSession | None, lake: Lake | str | None, table: str, *
                         and _residues(deletes) is not None:
                     deletes = replace(deletes, method="bitmap")
                     bitmap_bytes += deletes.rows // 8
+            options = _read_options(split.storage, part[0].path) or {}
             plan.parquet.append(ParquetGroup(paths, file_schema,
-                                             sum(f.live_rows for f in part), deletes))
+                                             sum(f.live_rows for f in part), deletes,
+                                             tuple(sorted(options.items()))))
     plan.reasons = sorted(reasons)
     return plan
 
@@ -427,7 +437,7 @@ def _parquet_frame(spark: SparkSession, group: ParquetGroup, plan: FastReadPlan)
     assert sources is not None
     read_schema = st.StructType([st.StructField(old.name, spark_type(old.type), True)
                                  for old in sources.values() if old is not None])
-    df = spark.read.schema(read_schema).parquet(*group.paths)
+    df = spark.read.options(**dict(group.options)).schema(read_schema).parquet(*group.paths)
     if group.deletes is not None:
         df = _drop_deleted(spark, df, group.deletes)
     columns = []

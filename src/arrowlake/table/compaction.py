@@ -50,6 +50,7 @@ from arrowlake.io.writer import (
     dictionary_columns,
 )
 from arrowlake.merge import ROW_KIND, SEQUENCE, Deduplicate, FirstRow
+from arrowlake.merge.read import MergeSpec
 from arrowlake.merge.runs import KIND_COLUMN, KIND_FIELD_ID, key_json, run_schema
 from arrowlake.metastore.store import NewFile, SnapshotChange
 from arrowlake.scan.planning import TableView, file_tasks, make_splits
@@ -60,7 +61,7 @@ from arrowlake.scan.read import (
     merge_bucket,
     partition_scalars,
 )
-from arrowlake.scan.split import FileTask
+from arrowlake.scan.split import FileTask, Split
 from arrowlake.table import changelog
 from arrowlake.table.run_cache import held_runs, remember_runs
 from arrowlake.table.writes import _discard
@@ -243,14 +244,30 @@ def _count(plan: _Plan, runs: list[Run], options: CompactionOptions) -> int:
 def compact(table: Table, full: bool = False,
             only: Iterable[tuple[int | None, int | None]] | None = None) -> CompactionResult:
     """Merge runs of buckets (all of them, or the ``(partition_id, bucket)`` pairs in ``only``)."""
+    planned = plan_compaction(table, full, only)
+    if planned is None:
+        return CompactionResult(None)
+    return _commit(table, *planned)
+
+
+Pick = tuple[list[Run], bool]  # the runs to merge, and whether they are all the bucket's runs
+ChangelogFiles = tuple[list[NewFile], dict[str, str]]  # a full compaction's changelog
+
+
+def plan_compaction(table: Table, full: bool = False,
+                    only: Iterable[tuple[int | None, int | None]] | None = None
+                    ) -> tuple[_Plan, list[Pick], ChangelogFiles] | None:
+    """What :func:`compact` merges: the plan, the picks, and the changelog files (already
+    written: the caller commits or discards them) of a full-compaction table. None when the
+    table has no snapshot."""
     table.refresh()
     base = table.current_snapshot_id
     if base is None:
-        return CompactionResult(None)
+        return None
     options = compaction_options(table._record.properties)
     plan = _load(table, base)
     wanted = set(only) if only is not None else None
-    picks: list[tuple[list[Run], bool]] = []  # (runs, includes the oldest run)
+    picks: list[Pick] = []
     for key, runs in plan.buckets.items():
         if wanted is not None and key not in wanted:
             continue
@@ -263,11 +280,11 @@ def compact(table: Table, full: bool = False,
             count = _count(plan, runs, options)
         if count:
             picks.append((runs[len(runs) - count:], count == len(runs)))
-    log: tuple[list[NewFile], dict[str, str]] = ([], {})
+    log: ChangelogFiles = ([], {})
     if full and changelog.changelog_producer(table) == "full-compaction":
         # The difference from the previous full compaction, committed with this one.
         log = changelog.full_compaction_changelog(table, base)
-    return _commit(table, plan, picks, log)
+    return plan, picks, log
 
 
 def compact_if_needed(table: Table, written: Sequence[NewFile]) -> CompactionResult | None:
@@ -350,12 +367,11 @@ def _commit(table: Table, plan: _Plan, picks: list[tuple[list[Run], bool]],
             log: tuple[list[NewFile], dict[str, str]] = ([], {})) -> CompactionResult:
     """Merge each pick's runs into one run and commit them all as one snapshot, with the
     changelog files ``log`` (and their summary entries) of a full-compaction table."""
-    log_files, log_summary = log
+    log_files = log[0]
     if not picks and not log_files:
         return CompactionResult(None)
     merge = table._merge_spec()
     assert merge is not None
-    columns = plan.view.schema.names
     added: list[NewFile] = []
     writers: list[DataFileWriter] = []
     inputs = [[f for run in runs for f in run] for runs, _ in picks]
@@ -369,23 +385,9 @@ def _commit(table: Table, plan: _Plan, picks: list[tuple[list[Run], bool]],
     def merge_and_write(index: int) -> DataFileWriter:
         files = inputs[index]
         try:
-            split = make_splits(plan.view, files, columns=columns,
-                                expr=AlwaysTrue(), target_bytes=1 << 62, merge=merge)[0]
-            # Tombstones may go once nothing older is left to hide, except with a sequence
-            # field: a version written later with a smaller sequence value must stay hidden.
-            keep = not picks[index][1] or plan.sequence_field
-            # Partition columns are constant in a bucket: merged without them (as reads do),
-            # then added back from the files' partition values.
-            fill = fillable(split.partition_by, files,
-                            [c for c in merge.partition_by if c in columns]) \
-                if [k for k in merge.key if k not in merge.partition_by] else []
-            rows = merge_bucket(split, files, [c for c in columns if c not in fill],
-                                AlwaysTrue(), keep_retractions=keep,
+            merged = merge_pick(table, pick_split(plan, merge, files),
+                                keep_retractions=keeps_retractions(plan, picks[index][1]),
                                 held=held_runs(table, files))
-            for name, value in zip(fill, partition_scalars(split, files[0], fill, {}),
-                                   strict=True):
-                rows = rows.append_column(name, constant_column(value, rows.num_rows))
-            merged = _as_run(table, rows)
             if index == 0:
                 dictionary.set_result(dictionary_columns(merged))
         except BaseException as exc:
@@ -403,17 +405,7 @@ def _commit(table: Table, plan: _Plan, picks: list[tuple[list[Run], bool]],
         futures = [pool.submit(merge_and_write, i) for i in range(len(inputs))]
         writers = [future.result() for future in futures]
         added = close_all(writers)
-        removed = [f for files in inputs for f in files]
-        change = SnapshotChange(
-            kind="compact", schema_id=table._record.current_schema_id, add=added,
-            remove=[f.file_id for f in removed], removed_rows=sum(f.row_count for f in removed),
-            summary={"buckets": len(picks), **log_summary}, changelog=log_files)
-        try:
-            result = table._metastore.commit(table._record.table_id, plan.base, change)
-        except CommitConflict:
-            # Another compaction (or a rewrite) took some of these runs first: drop this one.
-            _discard(table, [*added, *log_files])
-            return CompactionResult(None, dropped=True)
+        outcome = commit_merged(table, plan.base, inputs, added, log)
     except BaseException:
         # Let every bucket's task end first: one still merging would start a writer later.
         pool.shutdown(wait=True, cancel_futures=True)
@@ -424,10 +416,65 @@ def _commit(table: Table, plan: _Plan, picks: list[tuple[list[Run], bool]],
         raise
     finally:
         pool.shutdown(wait=False)
-    remember_runs(table, [(w, runs_written[i]) for i, w in enumerate(writers)])
-    return CompactionResult(result.snapshot_id, len(picks), len(removed), len(added),
+    if not outcome.dropped:
+        remember_runs(table, [(w, runs_written[i]) for i, w in enumerate(writers)])
+    return outcome
+
+
+def commit_merged(table: Table, base: int, inputs: Sequence[Sequence[FileTask]],
+                  added: list[NewFile], log: ChangelogFiles = ([], {})) -> CompactionResult:
+    """Commit the merged runs ``added`` in place of the runs ``inputs`` (one list per bucket),
+    with the changelog files ``log``, as one snapshot on ``base``. A lost race (another
+    compaction or rewrite took some of these runs first) deletes ``added`` and the log and
+    drops the compaction."""
+    log_files, log_summary = log
+    removed = [f for files in inputs for f in files]
+    change = SnapshotChange(
+        kind="compact", schema_id=table._record.current_schema_id, add=added,
+        remove=[f.file_id for f in removed], removed_rows=sum(f.row_count for f in removed),
+        summary={"buckets": len(inputs), **log_summary}, changelog=log_files)
+    try:
+        result = table._metastore.commit(table._record.table_id, base, change)
+    except CommitConflict:
+        _discard(table, [*added, *log_files])
+        return CompactionResult(None, dropped=True)
+    return CompactionResult(result.snapshot_id, len(inputs), len(removed), len(added),
                             removed_bytes=sum(f.file_size for f in removed),
                             added_bytes=sum(f.file_size for f in added))
+
+
+def pick_split(plan: _Plan, merge: MergeSpec, files: list[FileTask]) -> Split:
+    """The split that reads one pick's runs ``files`` for :func:`merge_pick` (picklable)."""
+    return make_splits(plan.view, files, columns=plan.view.schema.names,
+                       expr=AlwaysTrue(), target_bytes=1 << 62, merge=merge)[0]
+
+
+def keeps_retractions(plan: _Plan, whole: bool) -> bool:
+    """Whether merging a pick keeps its tombstones (``whole``: the pick is all the bucket's
+    runs). They may go once nothing older is left to hide, except with a sequence field: a
+    version written later with a smaller sequence value must stay hidden."""
+    return not whole or plan.sequence_field
+
+
+def merge_pick(table: Table, split: Split, *, keep_retractions: bool,
+               held: Mapping[int, pa.Table] | None = None) -> pa.Table:
+    """The runs of one bucket that ``split`` (:func:`pick_split`) reads, merged into the rows
+    of one run (:func:`_as_run`). Reads only what ``table`` (or a
+    :class:`~arrowlake.table.staged.WriteTarget` of it) holds, so it runs in any process."""
+    merge = split.merge
+    assert merge is not None
+    files = list(split.files)
+    columns = list(split.columns)
+    # Partition columns are constant in a bucket: merged without them (as reads do),
+    # then added back from the files' partition values.
+    fill = fillable(split.partition_by, files,
+                    [c for c in merge.partition_by if c in columns]) \
+        if [k for k in merge.key if k not in merge.partition_by] else []
+    rows = merge_bucket(split, files, [c for c in columns if c not in fill],
+                        AlwaysTrue(), keep_retractions=keep_retractions, held=held)
+    for name, value in zip(fill, partition_scalars(split, files[0], fill, {}), strict=True):
+        rows = rows.append_column(name, constant_column(value, rows.num_rows))
+    return _as_run(table, rows)
 
 
 def _as_run(table: Table, merged: pa.Table) -> pa.Table:

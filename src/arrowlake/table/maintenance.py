@@ -160,14 +160,40 @@ def own_files(storage: Storage, location: str, metastore: Metastore,
     of any other table (``table_id`` is the table itself; None when it is no longer listed) and
     not the metastore's. A table whose location holds another's (set by an older version, which
     did not check locations) must never delete that table's files."""
+    return keep_own(storage.list_files(location), location, metastore, table_id)
+
+
+def keep_own(listed: list[FileInfo], location: str, metastore: Metastore,
+             table_id: int | None) -> list[FileInfo]:
+    """The files of ``listed`` (found under ``location``) that :func:`own_files` keeps."""
     others = [loc for tid, _, loc in metastore.table_locations()
               if tid != table_id and is_within(loc, location)]
     reserved = metastore_files(metastore)
-    listed = storage.list_files(location)
     if not others and not reserved:
         return listed
     return [f for f in listed if f.path not in reserved
             and not any(is_within(f.path, other) for other in others)]
+
+
+def check_older_than(older_than: timedelta) -> None:
+    if not isinstance(older_than, timedelta):
+        raise ValidationError(
+            f"older_than must be a timedelta (how old a file must be to count as an orphan), "
+            f"got {older_than!r}; timedelta(0) takes every unreferenced file")
+
+
+def orphans_of(table: Table, listed: list[FileInfo], older_than: timedelta) -> list[FileInfo]:
+    """The files of ``listed`` (the table's own, listed just before) that no snapshot
+    references and that are older than ``older_than``."""
+    storage = table._storage
+    location = table._record.location
+    # A file committed after the listing was written before it; reading the references after
+    # listing means such a file is seen as referenced, never as an orphan.
+    referenced = {storage.join(location, p)
+                  for p in table._metastore.all_file_paths(table._record.table_id)}
+    cutoff = time.time() * 1000 - older_than.total_seconds() * 1000
+    return [f for f in listed if f.path not in referenced
+            and (f.mtime_ms is None or f.mtime_ms < cutoff)]
 
 
 def remove_orphan_files(table: Table, older_than: timedelta = timedelta(days=1),
@@ -177,22 +203,13 @@ def remove_orphan_files(table: Table, older_than: timedelta = timedelta(days=1),
     ``older_than`` (younger ones may belong to a write still in progress); deleted unless
     ``dry_run``, calling ``progress(bytes deleted, bytes to delete)`` as they go, if given.
     """
-    if not isinstance(older_than, timedelta):
-        raise ValidationError(
-            f"older_than must be a timedelta (how old a file must be to count as an orphan), "
-            f"got {older_than!r}; timedelta(0) takes every unreferenced file")
+    check_older_than(older_than)
     table.refresh()
     storage = table._storage
-    location = table._record.location
-    # list before reading references: see below
-    listed = own_files(storage, location, table._metastore, table._record.table_id)
-    # A file committed after the listing was written before it; reading the references after
-    # listing means such a file is seen as referenced, never as an orphan.
-    referenced = {storage.join(location, p)
-                  for p in table._metastore.all_file_paths(table._record.table_id)}
-    cutoff = time.time() * 1000 - older_than.total_seconds() * 1000
-    orphans = [f for f in listed if f.path not in referenced
-               and (f.mtime_ms is None or f.mtime_ms < cutoff)]
+    # list before reading references (see orphans_of)
+    listed = own_files(storage, table._record.location, table._metastore,
+                       table._record.table_id)
+    orphans = orphans_of(table, listed, older_than)
     orphans.sort(key=lambda f: f.path)
     paths = [f.path for f in orphans]
     if not dry_run:
