@@ -258,18 +258,25 @@ def test_sigkill_mid_compaction_loses_nothing_and_a_restart_cleans_up(tmp_path, 
     service.send_signal(signal.SIGKILL)
     service.wait(timeout=30)
     assert left, "the service was never caught with a compaction in progress"
-    assert table.current_snapshot_id == before  # nothing committed
+    # On a loaded machine the first chunk may commit between the look and the kill; the
+    # second waits for the byte budget, so at most that one landed.
+    landed = table.current_snapshot_id - before
+    assert landed in (0, 1)
     _check_rows(table, expected)
     leases = table._metastore.bucket_leases(table._record.table_id)
-    assert [lease["pid"] for lease in leases] == [service.pid]  # its lease outlived it
+    if not landed:
+        assert [lease["pid"] for lease in leases] == [service.pid]  # its lease outlived it
 
     run = subprocess.run([sys.executable, "-m", "arrowlake.cli.main", *where, "--json",
                           "maintain", "--once"], capture_output=True, timeout=120)
     assert run.returncode == 0, run.stderr.decode()
     actions = [json.loads(line) for line in run.stdout.decode().splitlines()]
     compacted = {b for a in actions if a["action"] == "compact" for b in a["buckets"]}
-    assert compacted == {0, 1}  # the dead service's lease was taken over at once
-    assert any(a["action"] == "orphans" and a["deleted_files"] for a in actions)
+    if not landed:
+        assert compacted == {0, 1}  # the dead service's lease was taken over at once
+        assert any(a["action"] == "orphans" and a["deleted_files"] for a in actions)
+    else:
+        assert len(compacted) == 1
     assert _unreferenced(table) == set()
     assert table.health().runs_max == 1
     assert table._metastore.bucket_leases(table._record.table_id) == []
