@@ -55,6 +55,12 @@ def parallelism() -> int:
     return default_parallelism(spark)
 
 
+def register() -> None:
+    import arrowlake.spark as als
+
+    als.register(spark)
+
+
 def format_read(lake: str, table: str, **options: str) -> pa.Table:
     reader = spark.read.format("arrowlake").option("lake", lake)
     for key, value in options.items():
@@ -79,21 +85,28 @@ def stream_copy(lake: str, source: str, target: str, checkpoint: str) -> None:
     query.awaitTermination()
 
 
-def stream_totals(lake: str, source: str, target: str, checkpoint: str,
-                  query_id: str | None) -> str | None:
-    """Per ``day`` sums of ``n`` in update mode through ``foreach_batch_sink``; the error's
-    message if the query fails."""
+def stream_totals(lake: str, source: str, target: str, checkpoint: str, query_id: str
+                  ) -> None:
+    """Per ``day`` sums of ``n`` in update mode through ``foreach_batch_sink``."""
     from pyspark.sql import functions as F
 
     from arrowlake.spark import foreach_batch_sink
 
-    sink = foreach_batch_sink(lake, target, **({"queryId": query_id} if query_id else {}))
     query = (spark.readStream.format("arrowlake").option("lake", lake).load(source)
              .groupBy("day").agg(F.sum("n").alias("total"))
-             .writeStream.outputMode("update").foreachBatch(sink)
+             .writeStream.outputMode("update")
+             .foreachBatch(foreach_batch_sink(lake, target, queryId=query_id))
              .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+    query.awaitTermination()
+
+
+def sink_without_query_id(lake: str, target: str, data: pa.Table) -> str:
+    """What ``foreach_batch_sink`` without ``queryId`` says when handed a batch of a Connect
+    session (as ``foreachBatch`` hands it one on the server)."""
+    from arrowlake.spark import foreach_batch_sink
+
     try:
-        query.awaitTermination()
-    except Exception as e:  # Connect's exceptions do not cross processes: their text does
-        return str(e)
-    return None
+        foreach_batch_sink(lake, target)(spark.createDataFrame(data), 0)
+    except Exception as e:  # its text crosses processes whatever its class
+        return f"{type(e).__name__}: {e}"
+    return "no error"

@@ -175,6 +175,7 @@ def test_format_reads_and_writes_over_connect(spark, client, tmp_path):
     path = str(tmp_path / "lake")
     lake = al.connect(path)
     users = lake.create_table("s.users", SCHEMA, primary_key=["id"], buckets=2)
+    run(client, connect_client.register)  # not needed, but works over Connect too
     run(client, connect_client.format_write, path, "s.users", rows(range(100)))
     run(client, connect_client.format_write, path, "s.users", rows(range(90, 120), n=5),
         write="upsert")
@@ -189,8 +190,9 @@ def test_format_reads_and_writes_over_connect(spark, client, tmp_path):
 
 
 def test_streaming_over_connect(client, tmp_path):
-    """A streaming copy and an update-mode aggregate through ``foreach_batch_sink``, which
-    under Connect needs ``queryId`` (refused without one, the sink left as it was)."""
+    """A streaming copy into the arrowlake sink and an update-mode aggregate through
+    ``foreach_batch_sink``, which under Connect needs ``queryId`` (refused without one,
+    the table left as it was)."""
     path = str(tmp_path / "lake")
     lake = al.connect(path)
     source = lake.create_table("s.events", SCHEMA)
@@ -204,13 +206,14 @@ def test_streaming_over_connect(client, tmp_path):
         str(checkpoints / "copy"))
     assert by_id(copy.to_arrow()).equals(by_id(source.to_arrow()))
 
-    error = run(client, connect_client.stream_totals, path, "s.events", "s.totals",
-                str(checkpoints / "unnamed"), None)
-    assert error and "foreach_batch_sink under Spark Connect" in error and "queryId" in error
+    error = run(client, connect_client.sink_without_query_id, path, "s.totals",
+                pa.table({"day": ["d0"], "total": [1]}))
+    assert error.startswith("ValidationError: foreach_batch_sink under Spark Connect")
+    assert "queryId" in error
     assert totals.count() == 0 and totals.refresh().current_snapshot_id is None
 
-    assert run(client, connect_client.stream_totals, path, "s.events", "s.totals",
-               str(checkpoints / "totals"), "daily-totals") is None
+    run(client, connect_client.stream_totals, path, "s.events", "s.totals",
+        str(checkpoints / "totals"), "daily-totals")
     assert totals.to_arrow().sort_by("day").to_pylist() == [
         {"day": "d0", "total": 20}, {"day": "d1", "total": 20}, {"day": "d2", "total": 20}]
     assert {r["commit_id"] for r in totals.history()} == {"spark-stream:daily-totals:0"}
