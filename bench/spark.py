@@ -46,14 +46,18 @@ PySpark issue sets targets for:
 - on S3 (the moto server of tests/services.py, at most ``--s3-rows`` rows, default 2,000,000:
   moto keeps objects in memory): the fast path, reading through S3A (hadoop-aws from
   ``spark.jars.packages``), against ``spark.read.parquet`` of the same files with the same
-  S3A settings (target >= 0.9x).
+  S3A settings (target >= 0.9x);
+- the fast path through Spark Connect (a Connect server started from the wheel with the
+  classic session's settings, its client in a process of its own) against the classic
+  session's fast path, on the append table and, with ``dv``, the deletion-vector table
+  (target >= 0.9x).
 
     python bench/spark.py [--rows 10000000] [--runs 3] [--only reads,pushdown]
 
 ``--only`` runs some sections: ``writes``, ``reads`` (append table), ``pushdown``, ``pk``
 (primary-key table), ``dv`` (primary-key table with deletion vectors), ``startup`` (worker
-start-up), ``s3``. The read sections
-need data: without ``writes``, the append table and its Parquet copy are written once, untimed.
+start-up), ``s3``, ``connect``. The read sections need data: without ``writes``, the append
+table and its Parquet copy are written once, untimed.
 """
 
 from __future__ import annotations
@@ -61,13 +65,18 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import multiprocessing
 import os
 import shutil
+import signal
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -234,7 +243,58 @@ def fresh_process(args: list[str]) -> tuple[float, str]:
     return time.perf_counter() - start, done.stdout
 
 
-SECTIONS = ("writes", "reads", "pushdown", "pk", "dv", "startup", "s3")
+SECTIONS = ("writes", "reads", "pushdown", "pk", "dv", "startup", "s3", "connect")
+
+#: The classic session's settings, which the Connect server runs with too.
+SPARK_CONF = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
+              "spark.sql.shuffle.partitions": "2", "spark.driver.memory": "3g"}
+
+
+def start_connect_server(log: Path) -> tuple[subprocess.Popen, str]:
+    """A Spark Connect server from the PySpark wheel (``local[2]``, :data:`SPARK_CONF`) on a
+    free loopback port, and its URL once it listens."""
+    import pyspark
+
+    home = Path(pyspark.__file__).parent
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    conf = {**SPARK_CONF, "spark.connect.grpc.binding.address": "127.0.0.1",
+            "spark.connect.grpc.binding.port": str(port)}
+    command = [str(home / "bin" / "spark-submit"), "--class",
+               "org.apache.spark.sql.connect.service.SparkConnectServer", "--master", "local[2]"]
+    for key, value in conf.items():
+        command += ["--conf", f"{key}={value}"]
+    with open(log, "wb") as out:
+        server = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
+                                  start_new_session=True,
+                                  env={**os.environ, "SPARK_HOME": str(home)})
+    deadline = time.monotonic() + 180
+    while True:
+        if server.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the Connect server did not start: {log.read_text()[-2000:]}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return server, f"sc://127.0.0.1:{port}"
+        except OSError:
+            time.sleep(0.2)
+
+
+def connect_fast_path(url: str, lake_path: str, tables: list[str], runs: int
+                      ) -> list[tuple[float, tuple, str]]:
+    """In a process of its own (PySpark's functions build Connect columns only in a process
+    whose session is a Connect one): per table, the median time of the fast path's aggregate
+    through Spark Connect, the aggregate and the plan."""
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.remote(url).getOrCreate()
+    out = []
+    for table in tables:
+        result = aggregate(als.read(spark, lake_path, table))
+        seconds = median_time(lambda t=table: aggregate(als.read(spark, lake_path, t)), runs, 1)
+        out.append((seconds, result, als.plan_read(spark, lake_path, table).describe()))
+    spark.stop()
+    return out
 
 SCHEMA = pa.schema([("id", pa.int64()), ("qty", pa.int32()), ("amount", pa.float64()),
                     ("customer", pa.string()), ("day", pa.string())])
@@ -255,11 +315,9 @@ def main() -> None:
 
     from pyspark.sql import SparkSession
 
-    builder = (SparkSession.builder.master("local[2]").appName("arrowlake-bench")
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.driver.memory", "3g"))
+    builder = SparkSession.builder.master("local[2]").appName("arrowlake-bench")
+    for key, value in SPARK_CONF.items():
+        builder = builder.config(key, value)
     if "s3" in only:  # S3A for Spark's own reader
         builder = builder.config("spark.jars.packages", s3a_package())
     spark = builder.getOrCreate()
@@ -323,10 +381,10 @@ def main() -> None:
             report("df.write.format('arrowlake'), table compression snappy", sw, n,
                    f"{mib(lake.table('bench.snappy'))}; ratio {pw / sw:.2f} to Spark snappy "
                    "(target >= 0.5)")
-        elif only & {"reads", "pushdown"}:
+        elif only & {"reads", "pushdown", "connect"}:
             parquet_write("snappy")  # the data the read sections read, untimed
             lake_write("bench.orders")
-        if only & {"reads", "pushdown"}:
+        if only & {"reads", "pushdown", "connect"}:
             assert lake.table("bench.orders").count() == n
 
         def compare(agg: Callable[[object], tuple], parquet: Path, label: str, table: str,
@@ -471,6 +529,28 @@ def main() -> None:
 
         if "s3" in only:
             s3_aggregate(spark, root, min(n, args.s3_rows), runs, report)
+
+        # -- the fast path through Spark Connect ----------------------------------------------
+        if "connect" in only:
+            print("fast path, Spark Connect client against the classic session", flush=True)
+            tables = ["bench.orders"] + (["bench.users_dv"] if "dv" in only else [])
+            server, url = start_connect_server(root / "connect-server.log")
+            try:
+                with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) \
+                        as client:
+                    remote = client.submit(connect_fast_path, url, lake_path, tables,
+                                           runs).result()
+            finally:
+                os.killpg(server.pid, signal.SIGTERM)
+                server.wait()
+            for table, (seconds, result, described) in zip(tables, remote, strict=True):
+                expected = aggregate(als.read(spark, lake_path, table))
+                assert same(result, expected), table
+                classic = median_time(lambda t=table: aggregate(als.read(spark, lake_path, t)),
+                                      runs, 1)
+                report(f"{table}: arrowlake.spark.read, classic session", classic, n)
+                report(f"{table}: arrowlake.spark.read through Spark Connect", seconds, n,
+                       f"ratio {classic / seconds:.2f} (target >= 0.9); {described}")
 
     finally:
         spark.stop()

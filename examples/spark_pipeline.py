@@ -1,6 +1,10 @@
 """A medallion pipeline on local Spark: raw events -> bronze -> silver (CDC) -> gold -> pandas.
 
     python examples/spark_pipeline.py [--lake DIR] [--rounds 3] [--orders 200]
+                                      [--remote sc://HOST:PORT]
+
+``--remote`` runs it from a Spark Connect client against that server (which must see the
+lake's directory and have arrowlake installed for its Python workers).
 
 - raw: order events as CSV and customer events as JSON lines, written by a deterministic
   generator (examples/pipeline_events.py) in rounds, with updates and deletes;
@@ -86,7 +90,9 @@ def silver(spark, lake: str, checkpoints: Path) -> None:
 
     for name, key, schema in (("orders", "order_id", ORDERS),
                               ("customers", "customer_id", CUSTOMERS)):
-        write = foreach_batch_sink(lake, f"silver.{name}", write="changes", rowKind="_kind")
+        # queryId: the sink's commit ids name the query (Spark Connect cannot tell it the id).
+        write = foreach_batch_sink(lake, f"silver.{name}", write="changes", rowKind="_kind",
+                                   queryId=f"silver-{name}")
 
         def apply(batch_df, batch_id, key=key, schema=schema, write=write):
             last = Window.partitionBy(key).orderBy(F.col("seq").desc())
@@ -114,14 +120,16 @@ def gold(spark, lake: str, checkpoints: Path) -> None:
     totals = changes.groupBy("day").agg(F.sum(sign * F.col("amount")).alias("total"),
                                         F.sum(sign).cast("long").alias("orders"))
     run(totals.writeStream.outputMode("update")
-        .foreachBatch(foreach_batch_sink(lake, "gold.daily_totals"))
+        .foreachBatch(foreach_batch_sink(lake, "gold.daily_totals", queryId="gold-daily"))
         .option("checkpointLocation", str(checkpoints / "gold"))
         .trigger(availableNow=True).start())
 
 
-def spark_session():
+def spark_session(remote: str | None = None):
     from pyspark.sql import SparkSession
 
+    if remote:
+        return SparkSession.builder.remote(remote).getOrCreate()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     session = (SparkSession.builder.master("local[2]").appName("arrowlake-pipeline")
@@ -138,12 +146,13 @@ def main(argv: list[str] | None = None, spark=None) -> tuple[object, object]:
     parser.add_argument("--lake", help="lake directory (default: a new temporary one)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--orders", type=int, default=200, help="order events per round")
+    parser.add_argument("--remote", help="a Spark Connect server, sc://host:port")
     args = parser.parse_args(argv)
     root = Path(args.lake or tempfile.mkdtemp(prefix="arrowlake-pipeline-"))
     lake_dir, raw, checkpoints = root / "lake", root / "raw", root / "checkpoints"
     lake = al.connect(lake_dir)
     create_tables(lake)
-    spark = spark or spark_session()
+    spark = spark or spark_session(args.remote)
     events = EventGenerator()
     for n in range(args.rounds):
         write_round(raw, n, *events.round(args.orders))

@@ -69,6 +69,7 @@ from arrowlake.scan.read import bucket_groups, needs_merge
 from arrowlake.scan.split import FileTask, Split
 from arrowlake.schema import field_id
 from arrowlake.spark import s3a
+from arrowlake.spark.session import default_parallelism
 from arrowlake.spark.source import (
     FORMAT,
     SPLITS_OPTION,
@@ -276,7 +277,7 @@ def plan_read(spark: SparkSession | None, lake: Lake | str | None, table: str, *
     plan = FastReadPlan(scan.schema, scan.view.schema, scan.expr)
     reasons: set[str] = set()
     by_schema: dict[tuple[int, bool], tuple[Split, list[FileTask]]] = {}
-    cores = spark.sparkContext.defaultParallelism if spark is not None else 1
+    cores = default_parallelism(spark) if spark is not None else 1
     for split in plan_splits(scan, None, cores):
         direct: list[FileTask] = list(split.files)
         if split.merge is not None:

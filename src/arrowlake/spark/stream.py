@@ -72,6 +72,7 @@ from arrowlake.errors import ValidationError
 from arrowlake.lazy import lazy_module
 from arrowlake.scan.split import Split
 from arrowlake.spark.pipelines import pipeline_options
+from arrowlake.spark.session import is_connect
 from arrowlake.spark.source import (
     FORMAT,
     ReadOptions,
@@ -410,11 +411,20 @@ def foreach_batch_sink(lake: str | None, table: str, **options: str
             "checkpointLocation", "/tmp/ck").start()
 
     ``options`` are batch write options (``write``, ``rowKind``, storage options, ...).
+    Under Spark Connect the function runs in a Connect session of the server's, which cannot
+    see the query's id: pass ``queryId=...``, a name of the query's own that stays the same
+    when it restarts from its checkpoint.
     """
 
     def write_batch(batch_df: Any, batch_id: int) -> None:
-        context = batch_df.sparkSession.sparkContext
-        query = options.get("queryId") or context.getLocalProperty(QUERY_ID_PROPERTY)
+        query = options.get("queryId")
+        if not query and is_connect(batch_df.sparkSession):
+            raise ValidationError(
+                "foreach_batch_sink under Spark Connect cannot see the streaming query's id: "
+                "pass queryId=... (a name unique to the query that it keeps when it restarts "
+                "from its checkpoint), e.g. foreach_batch_sink(lake, table, queryId='daily')")
+        if not query:
+            query = batch_df.sparkSession.sparkContext.getLocalProperty(QUERY_ID_PROPERTY)
         if not query:
             raise ValidationError(
                 "foreach_batch_sink runs inside a streaming query's foreachBatch; outside one, "

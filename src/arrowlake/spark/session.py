@@ -1,0 +1,48 @@
+"""What arrowlake asks of a Spark session, for classic sessions and Spark Connect alike.
+
+A Spark Connect client (``SparkSession.builder.remote("sc://...")``) has no JVM and no
+``sparkContext``: whatever arrowlake learned through them it learns here from SQL the server
+answers, without importing any of PySpark's Connect modules (which need the client's gRPC
+packages). Answers are kept per session: they do not change while it lives.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import weakref
+from typing import Any
+
+#: Per session, what was learned of it.
+_KNOWN: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
+_SPLITS = re.compile(r"\bsplits=(\d+)")
+
+
+def is_connect(spark: Any) -> bool:
+    """Whether ``spark`` is a Spark Connect client session (told by its class's module, so
+    neither the JVM nor the Connect client's packages are touched)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect.")
+
+
+def _known(spark: Any) -> dict[str, Any]:
+    known = _KNOWN.get(spark)
+    if known is None:
+        known = _KNOWN[spark] = {}
+    return known
+
+
+def default_parallelism(spark: Any) -> int:
+    """How many tasks Spark runs at once by default (``sparkContext.defaultParallelism``).
+
+    Under Spark Connect it is read from the plan the server makes for ``range``, which Spark
+    splits by its default parallelism: ``EXPLAIN`` returns that plan without running a job.
+    """
+    if not is_connect(spark):
+        return int(spark.sparkContext.defaultParallelism)
+    known = _known(spark)
+    if "parallelism" not in known:
+        plan = spark.sql("EXPLAIN SELECT id FROM range(1)").collect()[0][0]
+        found = _SPLITS.search(plan)
+        known["parallelism"] = int(found.group(1)) if found else os.cpu_count() or 1
+    return int(known["parallelism"])
+
