@@ -31,6 +31,9 @@ INDEX_CACHE_BYTES = 256 * 1024 * 1024
 
 State = frozenset[tuple[str, int]]
 
+#: The recent level is merged into the base once it holds more than 1/RECENT_SHARE of it.
+RECENT_SHARE = 4
+
 
 #: Row positions take the low bits of a locator, the file's number in the index the rest.
 _POSITION_BITS = 40
@@ -115,7 +118,7 @@ class KeyIndex:
                 return None
             recent, recent_locators = merged, merged_locators
             files.append(path)
-        if len(recent) * 4 <= max(n, 4096):
+        if len(recent) * RECENT_SHARE <= max(n, 4096):
             return KeyIndex(self.base, self.base_locators, dead, recent, recent_locators,
                             tuple(files), state)
         base, base_locators = _merge(self.base[~dead], self.base_locators[~dead], recent,
