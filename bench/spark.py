@@ -280,21 +280,34 @@ def start_connect_server(log: Path) -> tuple[subprocess.Popen, str]:
             time.sleep(0.2)
 
 
-def connect_fast_path(url: str, lake_path: str, tables: list[str], runs: int
-                      ) -> list[tuple[float, tuple, str]]:
+def warm_up(spark, lake_path: str, tables: list[str], parquet: str, rounds: int = 3) -> None:
+    """The queries a comparison times, run untimed first: a JVM that has just started runs its
+    first queries several times slower (code generation, JIT), and the Connect server starts
+    fresh while the classic session has run other sections."""
+    for _ in range(rounds):
+        aggregate(spark.read.parquet(parquet))
+        for table in tables:
+            aggregate(als.read(spark, lake_path, table))
+
+
+def connect_fast_path(url: str, lake_path: str, tables: list[str], runs: int, parquet: str
+                      ) -> tuple[list[tuple[float, tuple, str]], float]:
     """In a process of its own (PySpark's functions build Connect columns only in a process
     whose session is a Connect one): per table, the median time of the fast path's aggregate
-    through Spark Connect, the aggregate and the plan."""
+    through Spark Connect, the aggregate and the plan; and the time of the same aggregate by
+    ``spark.read.parquet`` of ``parquet`` through Connect (what Connect itself costs)."""
     from pyspark.sql import SparkSession
 
     spark = SparkSession.builder.remote(url).getOrCreate()
+    warm_up(spark, lake_path, tables, parquet)
     out = []
     for table in tables:
         result = aggregate(als.read(spark, lake_path, table))
         seconds = median_time(lambda t=table: aggregate(als.read(spark, lake_path, t)), runs, 1)
         out.append((seconds, result, als.plan_read(spark, lake_path, table).describe()))
+    plain = median_time(lambda: aggregate(spark.read.parquet(parquet)), runs, 1)
     spark.stop()
-    return out
+    return out, plain
 
 SCHEMA = pa.schema([("id", pa.int64()), ("qty", pa.int32()), ("amount", pa.float64()),
                     ("customer", pa.string()), ("day", pa.string())])
@@ -538,11 +551,17 @@ def main() -> None:
             try:
                 with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) \
                         as client:
-                    remote = client.submit(connect_fast_path, url, lake_path, tables,
-                                           runs).result()
+                    remote, plain = client.submit(connect_fast_path, url, lake_path, tables,
+                                                  runs, str(root / "copy")).result()
             finally:
                 os.killpg(server.pid, signal.SIGTERM)
                 server.wait()
+            warm_up(spark, lake_path, tables, str(root / "copy"))
+            classic_plain = median_time(lambda: aggregate(spark.read.parquet(str(root / "copy"))),
+                                        runs, 1)
+            report("reference: spark.read.parquet (copy), classic session", classic_plain, n)
+            report("reference: spark.read.parquet (copy) through Spark Connect", plain, n,
+                   f"ratio {classic_plain / plain:.2f} (Connect's own cost, no target)")
             for table, (seconds, result, described) in zip(tables, remote, strict=True):
                 expected = aggregate(als.read(spark, lake_path, table))
                 assert same(result, expected), table
