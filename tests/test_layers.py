@@ -20,7 +20,7 @@ import arrowlake
 #: Lowest first. A module may import modules of its own layer and of the layers before it.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("pure", ("arrowlake.errors", "arrowlake.schema", "arrowlake.expressions",
-              "arrowlake.pandas_arrow", "arrowlake.lazy")),
+              "arrowlake.pandas_arrow", "arrowlake.lazy", "arrowlake.units")),
     ("metastore", ("arrowlake.metastore",)),
     ("io", ("arrowlake.io",)),
     ("merge", ("arrowlake.merge",)),

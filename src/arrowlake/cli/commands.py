@@ -25,7 +25,6 @@ from arrowlake.cli.output import (
     MAX_CELL_WIDTH,
     format_fields,
     format_table,
-    human_size,
     write_json,
 )
 from arrowlake.cli.progress import ProgressBar
@@ -33,6 +32,7 @@ from arrowlake.errors import TableNotFound, ValidationError
 from arrowlake.lake import Lake
 from arrowlake.schema import describe
 from arrowlake.table.table import Table
+from arrowlake.units import human_size
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([wdhms])")
 _UNIT_SECONDS = {"w": 604800, "d": 86400, "h": 3600, "m": 60, "s": 1}

@@ -13,7 +13,7 @@ from types import FrameType
 from typing import Any
 
 from arrowlake.cli.commands import Output, parse_duration
-from arrowlake.cli.output import dumps, format_table, human_size
+from arrowlake.cli.output import dumps, format_table
 from arrowlake.cli.progress import ProgressBar
 from arrowlake.lake import Lake
 from arrowlake.maintenance import Action
@@ -23,6 +23,7 @@ from arrowlake.table.health import TableHealth
 from arrowlake.table.maintenance import expire_snapshots, remove_orphan_files
 from arrowlake.table.pk_options import require_primary_key
 from arrowlake.table.table import Table
+from arrowlake.units import human_size
 
 Command = Callable[[argparse.Namespace, Lake, Output], int]
 

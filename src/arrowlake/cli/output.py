@@ -49,13 +49,6 @@ def write_json(value: Any, out: TextIO) -> None:
     out.write("\n")
 
 
-def human_size(n: float) -> str:
-    """A byte count for people: ``1536`` -> ``1.5 KiB``."""
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024:
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
 
 
 def cell(value: Any, max_width: int | None = None) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import TextIO
 
-from arrowlake.cli.output import human_size
+from arrowlake.units import human_size
 
 BAR_WIDTH = 30
 #: Redraw at most this often; a redraw per record batch would flood a slow terminal.

@@ -21,6 +21,7 @@ from arrowlake.table.compaction import CompactionResult, DueBucket
 from arrowlake.table.maintenance import expire_snapshots, remove_orphan_files
 from arrowlake.table.maintenance_policy import maintenance_policy
 from arrowlake.table.table import Table
+from arrowlake.units import human_size
 
 #: A compaction commits its buckets in chunks of about this many input bytes (or fewer: the
 #: bytes-per-second budget), so that a bucket's lease is held only while it is compacted and a
@@ -59,8 +60,8 @@ class Action:
             return f"{head}  failed: {self.error}"
         if self.action == "compact":
             what = (f"buckets {','.join(map(str, self.buckets))}: {self.removed_files} files "
-                    f"-> {self.added_files}, read {_size(self.read_bytes)}, wrote "
-                    f"{_size(self.written_bytes)}")
+                    f"-> {self.added_files}, read {human_size(self.read_bytes)}, wrote "
+                    f"{human_size(self.written_bytes)}")
             what += ", dropped (lost a race; retried later)" if self.dropped else \
                 f", snapshot {self.snapshot_id}"
         elif self.action == "expire":
@@ -68,16 +69,10 @@ class Action:
             if self.kept_for_consumers:
                 what += f", {self.kept_for_consumers} kept for consumers"
         else:
-            what = f"{self.deleted_files} orphan files, {_size(self.deleted_bytes)}"
+            what = f"{self.deleted_files} orphan files, {human_size(self.deleted_bytes)}"
         return f"{head}  {what}  ({self.seconds:.2f} s)"
 
 
-def _size(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024:
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
 
 
 def _now() -> str:
