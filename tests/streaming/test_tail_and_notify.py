@@ -59,7 +59,8 @@ def test_tail_runs_until_ctrl_c(tmp_path):
     proc = subprocess.Popen(
         [sys.executable, "-m", "arrowlake.cli.main", "--lake", str(path), "--json", "tail",
          "s.t", "--from", "earliest", "--poll-interval", "0.05"],
-        stdout=subprocess.PIPE, text=True, env=_env())
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**_env(), "PYTHONFAULTHANDLER": "1"})
     try:
         with al.connect(path) as lake:
             lake.table("s.t").upsert({"k": [7], "v": ["x"]})
@@ -70,7 +71,16 @@ def test_tail_runs_until_ctrl_c(tmp_path):
         assert proc.poll() is None  # still waiting for more
     finally:
         proc.send_signal(signal.SIGINT)
-    assert proc.wait(30) == 0
+    try:
+        code = proc.wait(30)
+    except subprocess.TimeoutExpired:
+        # Seen once in a clean-clone run and not reproduced since: show where every thread
+        # of the tail process was (faulthandler prints them on SIGABRT).
+        proc.send_signal(signal.SIGABRT)
+        _, stacks = proc.communicate(timeout=30)
+        raise AssertionError(
+            f"tail did not exit within 30 s of Ctrl-C; its threads:\n{stacks}") from None
+    assert code == 0, proc.stderr.read() if proc.stderr else ""
 
 
 WRITER = r"""
