@@ -56,8 +56,8 @@ def default_parallelism(spark: Any) -> int:
 
 
 def has_class(spark: Any, name: str) -> bool:
-    """Whether Spark's driver can load the JVM class ``name`` (``a.b.C``), jars of
-    ``spark.jars.packages`` included.
+    """Whether Spark can load the JVM class ``name`` (``a.b.C``) as it loads file systems,
+    jars of ``spark.jars.packages`` included.
 
     A classic session asks its JVM; a Spark Connect client asks the server with SQL
     (``try_reflect`` of Spark's ``Utils.classForName``, NULL when the class is missing).
