@@ -57,7 +57,10 @@ def _no_proxy() -> urllib.request.OpenerDirector:
 
 class Cluster:
     """The master and worker JVMs (stopped together). The workers start while the caller
-    goes on (starting a driver, say): :meth:`wait_for_workers` waits for them."""
+    goes on (starting a driver, say): :meth:`wait_for_workers` waits for them.
+
+    Each worker offers two cores and 1 GB: the driver of the tests takes one 512 MB executor
+    on each, which leaves room for a second application (a pipeline's) beside it."""
 
     def __init__(self, base: Path, workers: int = 2) -> None:
         self.base = base
@@ -86,7 +89,7 @@ class Cluster:
             self.work_dirs.append(work)
             self._start(f"worker-{i}", env, "org.apache.spark.deploy.worker.Worker",
                         "--host", LOCALHOST, "--port", str(free_port()),
-                        "--webui-port", str(free_port()), "--cores", "1", "--memory", "1g",
+                        "--webui-port", str(free_port()), "--cores", "2", "--memory", "1g",
                         "--work-dir", str(work), self.url)
 
     def _start(self, name: str, env: dict[str, str], cls: str, *args: str) -> None:

@@ -110,3 +110,11 @@ def sink_without_query_id(lake: str, target: str, data: pa.Table) -> str:
     except Exception as e:  # its text crosses processes whatever its class
         return f"{type(e).__name__}: {e}"
     return "no error"
+
+
+def jvm_classes(names: list[str]) -> tuple[bool, dict[str, bool]]:
+    """Whether the server has S3A (``has_s3a``), and each of ``names`` (``has_class``)."""
+    from arrowlake.spark.s3a import has_s3a
+    from arrowlake.spark.session import has_class
+
+    return has_s3a(spark), {name: has_class(spark, name) for name in names}

@@ -29,7 +29,8 @@ pytest.importorskip("grpc", reason="the Spark Connect client's packages are not 
 import pyspark
 
 import arrowlake.spark as als
-from arrowlake.spark.session import is_connect
+from arrowlake.spark.s3a import has_s3a
+from arrowlake.spark.session import has_class, is_connect
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 
@@ -120,6 +121,18 @@ def test_connect_session_is_told_apart_without_the_jvm(spark, client):
     assert not is_connect(spark)
     # The classic session here and the server run local[2]: the same parallelism.
     assert run(client, connect_client.parallelism) == spark.sparkContext.defaultParallelism == 2
+
+
+def test_connect_client_asks_the_server_which_jvm_classes_it_has(spark, client):
+    """S3A is looked for on the server (SQL's try_reflect), not taken as missing: a class of
+    Spark's Hadoop is found, S3A (no hadoop-aws on this server) and a made-up class are not;
+    the classic session's JVM answers the same."""
+    names = ["org.apache.hadoop.fs.LocalFileSystem", "org.apache.hadoop.fs.s3a.S3AFileSystem",
+             "org.example.arrowlake.NoSuchClass"]
+    expected = dict(zip(names, [True, False, False], strict=True))
+    assert run(client, connect_client.jvm_classes, names) == (False, expected)
+    assert {name: has_class(spark, name) for name in names} == expected
+    assert not has_s3a(spark)
 
 
 def test_fast_path_over_connect_reads_what_the_classic_session_reads(spark, client,

@@ -20,10 +20,11 @@ import glob
 import os
 import threading
 import warnings
-import weakref
 from collections.abc import Mapping
 from functools import cache
 from typing import Any
+
+from arrowlake.spark.session import has_class
 
 #: The class Spark needs on its classpath to read ``s3a://`` paths.
 S3A_CLASS = "org.apache.hadoop.fs.s3a.S3AFileSystem"
@@ -116,24 +117,13 @@ def s3a_options(bucket: str, storage_options: Mapping[str, Any]) -> dict[str, st
     return {prefix + k: v for k, v in out.items()}
 
 
-_FOUND: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
 _WARNED = threading.Event()
 
 
 def has_s3a(spark: Any) -> bool:
-    """Whether the classic session ``spark`` can load S3A (jars of ``spark.jars.packages``
-    are on the JVM's context class loader, not the system one); asked once per session.
-    False under Spark Connect, which has no JVM handle."""
-    found = _FOUND.get(spark)
-    if found is None:
-        try:
-            jvm: Any = spark._jvm
-            jvm.org.apache.spark.util.Utils.classForName(S3A_CLASS, True, False)
-            found = True
-        except Exception:
-            found = False
-        _FOUND[spark] = found
-    return found
+    """Whether Spark (the classic session's JVM, or a Spark Connect client's server) can load
+    S3A; asked once per session (:func:`arrowlake.spark.session.has_class`)."""
+    return has_class(spark, S3A_CLASS)
 
 
 def warn_missing() -> None:

@@ -13,9 +13,17 @@ import re
 import weakref
 from typing import Any
 
+from arrowlake.errors import ValidationError
+
 #: Per session, what was learned of it.
 _KNOWN: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
 _SPLITS = re.compile(r"\bsplits=(\d+)")
+_CLASS_NAME = re.compile(r"[A-Za-z_$][\w$]*(\.[A-Za-z_$][\w$]*)*")
+#: Loads a class as Spark loads its data sources and file systems: with the jars of
+#: ``spark.jars`` / ``spark.jars.packages`` (on the context class loader, not the system one).
+#: ``try_reflect`` returns NULL where the call throws (a class that is not there).
+_PROBE_SQL = ("SELECT try_reflect('org.apache.spark.util.Utils', 'classForName', :name, "
+              "true, false)")
 
 
 def is_connect(spark: Any) -> bool:
@@ -46,3 +54,25 @@ def default_parallelism(spark: Any) -> int:
         known["parallelism"] = int(found.group(1)) if found else os.cpu_count() or 1
     return int(known["parallelism"])
 
+
+def has_class(spark: Any, name: str) -> bool:
+    """Whether Spark can load the JVM class ``name`` (``a.b.C``) as it loads file systems,
+    jars of ``spark.jars.packages`` included.
+
+    A classic session asks its JVM; a Spark Connect client asks the server with SQL
+    (``try_reflect`` of Spark's ``Utils.classForName``, NULL when the class is missing).
+    """
+    if not _CLASS_NAME.fullmatch(name):
+        raise ValidationError(f"has_class: {name!r} is not a JVM class name (a.b.C)")
+    classes = _known(spark).setdefault("classes", {})
+    if name not in classes:
+        if is_connect(spark):
+            found = spark.sql(_PROBE_SQL, args={"name": name}).collect()[0][0] is not None
+        else:
+            try:
+                spark._jvm.org.apache.spark.util.Utils.classForName(name, True, False)
+                found = True
+            except Exception:  # py4j's error for the JVM's ClassNotFoundException
+                found = False
+        classes[name] = found
+    return bool(classes[name])
