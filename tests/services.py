@@ -47,6 +47,7 @@ import time
 import urllib.error
 import urllib.request
 import warnings
+from collections.abc import Iterator
 
 __all__ = [
     "PostgresServer",
@@ -783,3 +784,21 @@ def start_s3(
         time.sleep(0.02)
     server.startup_seconds = time.monotonic() - t0
     return server
+
+
+#: ``spark-pipelines`` always serves Spark Connect on port 15002 (PySpark 4.3 offers no other):
+#: runs from two test processes at once would collide, so they take this lock in turn.
+SPARK_PIPELINES_LOCK = os.path.join(tempfile.gettempdir(), "arrowlake-tests-spark-pipelines.lock")
+
+
+@contextlib.contextmanager
+def one_spark_pipelines_run() -> Iterator[None]:
+    """Hold the machine-wide turn for a ``spark-pipelines`` run (see SPARK_PIPELINES_LOCK)."""
+    import fcntl  # POSIX only, like the services here
+
+    with open(SPARK_PIPELINES_LOCK, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -30,6 +30,7 @@ import pyarrow as pa
 
 from tests.cluster.harness import JAVA_OPTS, PYTHONPATH, SPARK_HOME
 from tests.conftest import sorted_rows
+from tests.services import one_spark_pipelines_run
 
 SCHEMA = pa.schema([("id", pa.int64()), ("day", pa.string()), ("amount", pa.float64())])
 SPEC = """name: arrowlake-on-the-cluster
@@ -73,9 +74,10 @@ def run_pipelines(spec: Path, spark_args: list[str], env: dict[str, str],
     # Nothing of the test process's own choice of master or API mode.
     base = {k: v for k, v in os.environ.items()
             if k not in ("MASTER", "SPARK_REMOTE", "SPARK_API_MODE", "SPARK_CONNECT_MODE")}
-    return subprocess.run([spark_pipelines(), *spark_args, "run", "--spec", str(spec)],
-                          cwd=spec.parent, env={**base, **env}, capture_output=True,
-                          text=True, timeout=timeout)
+    with one_spark_pipelines_run():
+        return subprocess.run([spark_pipelines(), *spark_args, "run", "--spec", str(spec)],
+                              cwd=spec.parent, env={**base, **env}, capture_output=True,
+                              text=True, timeout=timeout)
 
 
 def lake_env(cluster_lake: dict) -> dict[str, str]:

@@ -12,6 +12,7 @@ import pytest
 
 import arrowlake as al
 from arrowlake.spark.pipelines import pipeline_flow
+from tests.services import one_spark_pipelines_run
 
 pytest.importorskip("pyspark")
 
@@ -90,7 +91,8 @@ def test_example_pipeline_gold_equals_pandas(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", src)
     monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
     runner = load_runner()
-    gold, expected = runner.main(["--work", str(tmp_path), "--rounds", "2", "--orders", "40"])
+    with one_spark_pipelines_run():
+        gold, expected = runner.main(["--work", str(tmp_path), "--rounds", "2", "--orders", "40"])
     assert len(expected) > 0
     assert gold.to_dict("records") == expected.to_dict("records")
     lake = al.connect(tmp_path / "lake")
