@@ -100,3 +100,17 @@ def expected_gold(root: Path) -> pd.DataFrame:
     live = final_state(orders, "order_id")
     out = live.groupby("day").agg(total=("amount", "sum"), orders=("order_id", "count"))
     return out.reset_index().sort_values("day").reset_index(drop=True)
+
+
+def check_gold(gold: pd.DataFrame, root: Path, where: object) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A gold table as read back (days without live orders left out) and the pandas result over
+    the raw events under ``root``, both in the same column types; prints them and whether they
+    are equal. ``where`` names the lake or work folder in the output."""
+    got = gold[gold["orders"] > 0].sort_values("day").reset_index(drop=True)
+    types = {"day": str, "total": "int64", "orders": "int64"}
+    got = got.astype(types)
+    want = expected_gold(root).astype(types)
+    print(f"lake: {where}")
+    print(got.to_string(index=False))
+    print("gold equals pandas over the raw events:", got.equals(want))
+    return got, want

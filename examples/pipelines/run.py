@@ -20,7 +20,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from pipeline_events import EventGenerator, expected_gold, write_round  # noqa: E402
+from pipeline_events import EventGenerator, check_gold, write_round  # noqa: E402
 
 import arrowlake as al  # noqa: E402
 
@@ -77,14 +77,7 @@ def main(argv: list[str] | None = None) -> tuple[object, object]:
                                f"({done.returncode}):\n{done.stdout[-4000:]}\n"
                                f"{done.stderr[-8000:]}")
     lake = al.connect(work / "lake")
-    got = lake.table("default.gold_daily_totals").to_pandas()
-    got = got[got["orders"] > 0].sort_values("day").reset_index(drop=True)
-    got = got.astype({"day": str, "total": "int64", "orders": "int64"})
-    want = expected_gold(work / "raw").astype({"day": str, "total": "int64", "orders": "int64"})
-    print(f"work: {work}")
-    print(got.to_string(index=False))
-    print("gold equals pandas over the raw events:", got.equals(want))
-    return got, want
+    return check_gold(lake.table("default.gold_daily_totals").to_pandas(), work / "raw", work)
 
 
 if __name__ == "__main__":
