@@ -57,8 +57,15 @@ def test_tail_runs_until_ctrl_c(tmp_path):
     with al.connect(path) as lake:
         lake.create_table("s.t", SCHEMA, primary_key=["k"], buckets=2)
     errors = (tmp_path / "tail.err").open("w")
+    # A child inherits an ignored SIGINT (pytest-xdist's workers may ignore it), and Python
+    # then never turns Ctrl-C into KeyboardInterrupt: the faulthandler dump of a hung run
+    # showed tail still waiting for changes. A terminal's Ctrl-C arrives with the default
+    # disposition, which this restores before the command runs.
+    start_as_from_a_terminal = (
+        "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        "sys.argv[0] = 'arrowlake'; runpy.run_module('arrowlake.cli.main', run_name='__main__')")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "arrowlake.cli.main", "--lake", str(path), "--json", "tail",
+        [sys.executable, "-c", start_as_from_a_terminal, "--lake", str(path), "--json", "tail",
          "s.t", "--from", "earliest", "--poll-interval", "0.05"],
         stdout=subprocess.PIPE, stderr=errors, text=True,
         env={**_env(), "PYTHONFAULTHANDLER": "1"})
@@ -76,8 +83,8 @@ def test_tail_runs_until_ctrl_c(tmp_path):
     try:
         code = proc.wait(30)
     except subprocess.TimeoutExpired:
-        # Seen once in a clean-clone run and not reproduced since: show where every thread
-        # of the tail process was (faulthandler prints them on SIGABRT).
+        # Show where every thread of the tail process was (faulthandler prints them on
+        # SIGABRT).
         proc.send_signal(signal.SIGABRT)
         proc.wait(30)
         raise AssertionError("tail did not exit within 30 s of Ctrl-C; its threads:\n"
