@@ -178,7 +178,7 @@ def _compact_vectors(spark: SparkSession, t: Table, full: bool) -> CompactionRes
             remove=[f.file_id for f in removed],
             removed_rows=sum(f.live_rows for f in removed), summary={"buckets": len(picks)},
             expect_vectors={f.file_id: f.deletes.since if f.deletes else None
-                            for f in removed})
+                            for f in removed}, deletion_vectors=True)
         try:
             result = t._metastore.commit(t._record.table_id, base, change)
         except CommitConflict:

@@ -432,7 +432,8 @@ def commit_merged(table: Table, base: int, inputs: Sequence[Sequence[FileTask]],
     change = SnapshotChange(
         kind="compact", schema_id=table._record.current_schema_id, add=added,
         remove=[f.file_id for f in removed], removed_rows=sum(f.row_count for f in removed),
-        summary={"buckets": len(inputs), **log_summary}, changelog=log_files)
+        summary={"buckets": len(inputs), **log_summary}, changelog=log_files,
+        deletion_vectors=False)
     try:
         result = table._metastore.commit(table._record.table_id, base, change)
     except CommitConflict:

@@ -399,7 +399,7 @@ def commit_overwrite(table: Table, files: list[NewFile], expr: Any, *, added_row
                     rec.table_id, base, remove).values())
             change = SnapshotChange(
                 kind="overwrite", schema_id=rec.current_schema_id, add=files, remove=remove,
-                removed_rows=removed_rows,
+                removed_rows=removed_rows, deletion_vectors=rec.deletion_vectors,
                 commit_id=commit_id, on_rebase=_conflict_on_new_matches(table, expr))
             try:
                 result = table._metastore.commit(rec.table_id, base, change)

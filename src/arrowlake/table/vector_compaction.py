@@ -264,7 +264,7 @@ def _commit(table: Table, view: TableView, base: int, picks: list[_Pick]) -> Com
                 removed_rows=sum(f.live_rows for f in removed),
                 summary={"buckets": len(outputs)},
                 expect_vectors={f.file_id: f.deletes.since if f.deletes else None
-                                for f in removed})
+                                for f in removed}, deletion_vectors=True)
             try:
                 result = table._metastore.commit(rec.table_id, base, change)
             except StaleVectors:
