@@ -210,3 +210,33 @@ def test_a_switch_checks_again_when_a_write_lands_during_its_check(tmp_path, mon
     assert not t.refresh()._record.deletion_vectors
     assert _state(t)[:3] == [{"id": i, "v": 2} for i in range(3)]
     lake.close()
+
+
+def test_a_stream_does_not_read_across_a_switch_and_resumes_when_reopened(tmp_path):
+    from arrowlake.errors import ModeSwitched
+
+    lake = al.connect(tmp_path / "lake")
+    t = lake.create_table("s.t", SCHEMA, primary_key=["id"], buckets=1, deletion_vectors=False)
+    t.upsert(_rows(range(4), 1))
+
+    def read(stream) -> list[tuple]:
+        out = []
+        for change in stream:
+            rows = change.to_arrow()
+            out += sorted(zip(rows["id"].to_pylist(), rows["v"].to_pylist(),
+                              rows["_row_kind"].to_pylist(), strict=True))
+            stream.commit(change.snapshot_id)
+        return out
+
+    options = dict(consumer="c", start="earliest", stop_at_latest=True, include_row_kind=True,
+                   catch_up_threshold=None)
+    with t.stream(**options) as stream:
+        assert read(stream) == [(i, 1, "+I") for i in range(4)]
+        t.set_properties(**{DV: "true"})
+        t.upsert(_rows([1], 2))
+        t.delete("id = 3")
+        with pytest.raises(ModeSwitched, match="Reopen the stream"):
+            read(stream)
+    with t.stream(**options) as stream:
+        assert read(stream) == [(1, 1, "-U"), (1, 2, "+U"), (3, 1, "-D")]
+    lake.close()

@@ -72,7 +72,8 @@ def test_a_key_written_by_two_stages_resolves_by_stage_order(any_lake, engine, v
 def test_stages_with_apart_key_ranges_are_committed_without_reading_them(sqlite_lake,
                                                                           monkeypatch, key_type):
     schema = pa.schema([("id", key_type), ("v", pa.string())])
-    t = sqlite_lake.create_table("s.k", schema, primary_key=["id"], buckets=1)
+    t = sqlite_lake.create_table("s.k", schema, primary_key=["id"], buckets=1,
+                                 deletion_vectors=False)
     target = write_target(t)
 
     def rows(ids):  # strings zero-padded, so that they order as the numbers do
@@ -155,6 +156,7 @@ def test_modes_a_table_cannot_take_fail_before_writing(sqlite_lake):
 
 def test_staged_upsert_into_a_lookup_table_writes_its_changelog(sqlite_lake):
     t = sqlite_lake.create_table("s.l", SCHEMA, primary_key=["id"], buckets=2,
+                                 deletion_vectors=False,
                                  changelog_producer="lookup")
     t.upsert({"id": [1, 2], "v": ["a", "b"]})
     start = t.current_snapshot_id
