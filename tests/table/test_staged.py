@@ -112,6 +112,27 @@ def test_changes_and_overwrite_stages(any_lake):
     assert t.to_arrow().to_pydict() == {"id": [7], "v": ["z"]}
 
 
+@pytest.mark.parametrize("vectors", [False, True], ids=["merge-on-read", "deletion-vectors"])
+def test_change_stages_committed_as_an_overwrite_leave_only_live_rows(sqlite_lake, vectors):
+    """A pipeline's first batch: change rows (retractions among them, keys in two stages)
+    replace the table. With deletion vectors, readers take every stored row as live, so the
+    retractions must not be stored as rows."""
+    t = sqlite_lake.create_table("s.k", SCHEMA, primary_key=["id"], buckets=2,
+                                 deletion_vectors=vectors)
+    t.upsert({"id": [1, 2, 8], "v": ["old"] * 3})
+    target = write_target(t)
+    first = stage(target, {"id": [1, 3, 4, 5], "v": ["a", "c", "d", "e"],
+                           "op": ["+I", "+I", "+I", "-D"]}, "changes", order=0)
+    second = stage(target, {"id": [3, 4, 6], "v": ["c", "d2", "f"], "op": ["-D", "+U", "-D"]},
+                   "changes", order=1)
+    commit_staged(t, [first, second], "overwrite")
+    assert t.to_arrow().sort_by("id").to_pydict() == {"id": [1, 4], "v": ["a", "d2"]}
+    assert t.count() == 2
+    committed = {t._storage.join(t.location, p)
+                 for p in t._metastore.all_file_paths(t._record.table_id)}
+    assert stored_paths(t) == committed  # the runs rewritten without retractions are gone
+
+
 def test_a_failed_commit_deletes_every_staged_file(sqlite_lake, monkeypatch):
     t = sqlite_lake.create_table("s.t", SCHEMA)
     t.append({"id": [0], "v": ["x"]})
