@@ -176,6 +176,11 @@ class Commits(Database):
                 (t.vectors.c.table_id == table_id)
                 & t.vectors.c.file_id.in_(list(change.remove))
                 & t.vectors.c.removed_snapshot.is_(None)).values(removed_snapshot=new_id))
+        if change.remove_tombstones:
+            conn.execute(t.files.update().where(
+                (t.files.c.table_id == table_id) & (t.files.c.content == "tombstone")
+                & t.files.c.file_id.in_(list(change.remove_tombstones))
+                & t.files.c.removed_snapshot.is_(None)).values(removed_snapshot=new_id))
         if change.vectors:
             self._record_vectors(conn, table_id, new_id, change.vectors)
         partition_ids = self._partition_ids(conn, table_id, [*change.add, *change.changelog,

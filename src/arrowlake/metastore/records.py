@@ -248,6 +248,9 @@ class SnapshotChange:
     # with their sequence values, so a version arriving later with an older sequence value
     # stays deleted. Recorded with content ``tombstone``: live like data files, never scanned.
     tombstones: Sequence[NewFile] = ()
+    # Tombstone files (file ids) this change ends: an overwrite of a merge-on-write table
+    # forgets the deletes of the rows it replaces, as merge-on-read forgets their retractions.
+    remove_tombstones: Sequence[int] = ()
     # A rewrite of files of a merge-on-write table (compaction) read them with these vectors
     # (file id -> the snapshot that recorded the vector, None: none): if another commit
     # extended one meanwhile, the rewrite would bring rows back, so it is StaleVectors.
