@@ -395,4 +395,9 @@ def test_positions_stay_right_when_row_groups_are_skipped(tmp_path):
             want = [r for r in want if r["v"] >= 700]
         assert sorted(rows, key=lambda r: r["id"]) == want, where
         assert t.scan(filter=where).count() == len(want)
+    # Row groups kept apart from each other, and a projection without the filter's column.
+    rows = t.scan(filter="id < 160 or id > 940", columns=["v"]).to_arrow()
+    assert rows.column_names == ["v"]
+    assert sorted(rows["v"].to_pylist()) == sorted(
+        -1 if i in gone else i for i in [*range(160), *range(941, n)])
     lake.close()
