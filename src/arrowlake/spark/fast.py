@@ -69,7 +69,7 @@ from arrowlake.scan.read import bucket_groups, needs_merge
 from arrowlake.scan.split import FileTask, Split
 from arrowlake.schema import field_id
 from arrowlake.spark import s3a
-from arrowlake.spark.session import default_parallelism
+from arrowlake.spark.session import default_parallelism, is_connect
 from arrowlake.spark.source import (
     FORMAT,
     SPLITS_OPTION,
@@ -438,7 +438,8 @@ def _parquet_frame(spark: SparkSession, group: ParquetGroup, plan: FastReadPlan)
     assert sources is not None
     read_schema = st.StructType([st.StructField(old.name, spark_type(old.type), True)
                                  for old in sources.values() if old is not None])
-    df = spark.read.options(**dict(group.options)).schema(read_schema).parquet(*group.paths)
+    df = read_files(spark, spark.read.options(**dict(group.options)).schema(read_schema),
+                    group.paths)
     if group.deletes is not None:
         df = _drop_deleted(spark, df, group.deletes)
     columns = []
@@ -453,6 +454,30 @@ def _parquet_frame(spark: SparkSession, group: ParquetGroup, plan: FastReadPlan)
     if not isinstance(plan.filter, AlwaysTrue):
         df = df.where(spark_filter(plan.filter))
     return df.select(*[_quote(c) for c in plan.schema.names])
+
+
+#: The session setting past which Spark lists a read's paths with a job of its own.
+_LISTING_THRESHOLD = "spark.sql.sources.parallelPartitionDiscovery.threshold"
+
+
+def read_files(spark: SparkSession, reader: Any, paths: Sequence[str]) -> DataFrame:
+    """``reader.parquet(*paths)``. Past 32 paths (``_LISTING_THRESHOLD``) Spark lists them with
+    a Spark job, one task a path, which cost 0.3 s of a 0.5 s read of 48 local files on
+    2 cores: the files are local and known here, so a classic session lists them on the
+    driver (the setting is raised while the DataFrame is made, which is when Spark lists,
+    then put back). Object stores keep Spark's parallel listing, as does Spark Connect,
+    where the server lists when the query runs."""
+    local = all(p.startswith("file:") or p.startswith("/") for p in paths)
+    if not local or is_connect(spark):
+        return reader.parquet(*paths)
+    before = spark.conf.get(_LISTING_THRESHOLD)
+    if before is None or len(paths) <= int(before):
+        return reader.parquet(*paths)
+    spark.conf.set(_LISTING_THRESHOLD, str(len(paths)))
+    try:
+        return reader.parquet(*paths)
+    finally:
+        spark.conf.set(_LISTING_THRESHOLD, before)
 
 
 def _quote(name: str) -> str:
