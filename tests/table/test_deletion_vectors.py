@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 import arrowlake as al
 from arrowlake.errors import DataFileError, ValidationError
+from arrowlake.table import vector_compaction
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("p", pa.string()),
                     ("v", pa.int64()), ("s", pa.int64())])
@@ -427,6 +428,37 @@ def test_a_lookup_changelog_table_streams_before_images(tmp_path):
         [{"id": 2, "v": 2, "_row_kind": "-U"}, {"id": 2, "v": 20, "_row_kind": "+U"},
          {"id": 3, "v": 3, "_row_kind": "+I"}],
         [{"id": 1, "v": 1, "_row_kind": "-D"}]]
+    lake.close()
+
+
+def test_a_write_landing_during_a_full_compaction_is_in_its_changelog(tmp_path, monkeypatch):
+    lake = al.connect(tmp_path / "lake")
+    t = _dv_table(lake, changelog_producer="full-compaction")
+    t.upsert({"id": [1, 2], "p": ["a", "a"], "v": [1, 2], "s": [0, 0]})
+    t.upsert({"id": [1], "p": ["a"], "v": [10], "s": [1]})
+    computed = vector_compaction.full_compaction_changelog
+    bases = []
+
+    def racing(table, base):
+        out = computed(table, base)
+        if not bases:  # another writer commits before this compaction does
+            lake.table("s.u").upsert({"id": [3], "p": ["a"], "v": [3], "s": [0]})
+        bases.append(base)
+        return out
+
+    monkeypatch.setattr(vector_compaction, "full_compaction_changelog", racing)
+    assert t.compact(full=True).snapshot_id is not None
+    assert len(bases) == 2 and bases[1] == bases[0] + 1  # computed again on the new snapshot
+    monkeypatch.undo()
+    t.upsert({"id": [4], "p": ["a"], "v": [4], "s": [0]})
+    t.compact(full=True)
+    with t.stream(start="earliest", stop_at_latest=True, include_row_kind=True,
+                  columns=["id", "v"]) as changes:
+        seen = [sorted((r["id"], r["v"], r["_row_kind"]) for r in c.to_arrow().to_pylist())
+                for c in changes]
+    # The racing write is in the first full compaction's change, and only there.
+    assert seen == [[(1, 10, "+I"), (2, 2, "+I"), (3, 3, "+I")], [(4, 4, "+I")]]
+    assert t.remove_orphan_files(timedelta(0)).files == []  # the first attempt's changelog
     lake.close()
 
 
