@@ -60,10 +60,9 @@ from arrowlake.streaming import leases
 from arrowlake.streaming.change import AnySplit, Change
 from arrowlake.streaming.planning import ChangePlanner, Snapshot
 from arrowlake.streaming.splits import ROW_KIND_FIELD
+from arrowlake.table.net_change import NO_CHANGE_KINDS, changed_files
 from arrowlake.table.table import Table, register_stream_factory
 
-#: Snapshot kinds that never change rows (compaction rewrites runs, the rows stay).
-_NO_CHANGE_KINDS = frozenset({"compact"})
 #: Snapshots fetched per poll query.
 _POLL_BATCH = 1000
 #: The next change is read ahead (while the caller processes the current one) up to this many
@@ -519,24 +518,16 @@ class Stream:
         snaps = ms.snapshots_after(tid, start, limit=end - start, upto=end)
         if len(snaps) != end - start:
             return None
-        added, _ = ms.files_changed(tid, start, end)
-        added = added.filter(pc.equal(added.column("content"), "data"))
-        skipped = [int(r["snapshot_id"]) for r in snaps if r["kind"] in _NO_CHANGE_KINDS]
-        if skipped and added.num_rows:
-            added = added.filter(pc.invert(pc.is_in(added.column("added_snapshot"),
-                                                    pa.array(skipped, pa.int64()))))
-        if self._record.deletion_vectors:
-            # A delete adds no file, but extends the vectors of the files it deleted from:
-            # their buckets changed too.
-            marked = ms.files_with_vectors_after(tid, start)
-            added = pa.concat_tables([added, marked.cast(added.schema)])
-        added = self._planner.prune(self._planner.keep(added))
+        # The files whose partitions and buckets hold every row that may have changed (a
+        # delete from a deletion-vector table adds no file, it extends vectors).
+        changed = self._planner.prune(self._planner.keep(
+            changed_files(self._table, start, end, snaps)))
         if self._merge is not None or self._record.deletion_vectors:
-            splits: list[AnySplit] = self._planner.net_change_splits(start, end, added)
+            splits: list[AnySplit] = self._planner.net_change_splits(start, end, changed)
         else:
-            if any(r["kind"] not in ("append", *_NO_CHANGE_KINDS) for r in snaps):
+            if any(r["kind"] not in ("append", *NO_CHANGE_KINDS) for r in snaps):
                 return None
-            splits = list(self._planner.splits(self._planner.view(end), added, row_kind="+I",
+            splits = list(self._planner.splits(self._planner.view(end), changed, row_kind="+I",
                                                merged=False))
         self._queue.clear()
         for future in self._prefetched.values():
@@ -553,7 +544,7 @@ class Stream:
 
     def _plan(self, snap: Snapshot) -> Change | None:
         """The change of one snapshot, or None when it changed no rows of this stream."""
-        if snap.kind in _NO_CHANGE_KINDS and "changelog" not in snap.summary:
+        if snap.kind in NO_CHANGE_KINDS and "changelog" not in snap.summary:
             return None  # (a full compaction of a full-compaction table has a changelog)
         added, removed = self._files_changed(snap)
         return self._planner.plan(snap, added, removed)

@@ -143,6 +143,11 @@ def validate_pk_options(schema: pa.Schema, primary_key: Sequence[str],
     return schema, buckets, props
 
 
+#: Changelog producers that work with deletion vectors: all of them (``input`` and
+#: ``full-compaction`` through :mod:`arrowlake.table.vector_changelog`).
+DELETION_VECTOR_PRODUCERS = frozenset({"none", "lookup", "input", "full-compaction"})
+
+
 #: Properties that say how the runs already written merge: fixed once the table exists.
 FIXED_PROPERTIES = ("merge-engine", "sequence-field", "ignore-delete",
                     "partial-update.ignore-delete", "aggregation.remove-record-on-delete",
@@ -185,11 +190,10 @@ def validate_properties(props: Mapping[str, str], primary_key: Sequence[str]) ->
             raise ValidationError(f"Property '{DELETION_VECTORS_PROPERTY}' needs a table with "
                                   "a primary key (other tables have one row per write anyway)")
         producer = props.get("changelog-producer", "none")
-        if value == "true" and producer not in ("none", "lookup"):
+        if value == "true" and producer not in DELETION_VECTOR_PRODUCERS:
             raise ValidationError(
-                f"changelog-producer '{producer}' is not supported with deletion vectors yet; "
-                "use 'none' or 'lookup' (both give exact changes with before-images on such "
-                "tables: each write's replaced rows are read back from its vectors), or "
+                f"changelog-producer '{producer}' is not supported with deletion vectors; use "
+                f"one of {', '.join(sorted(DELETION_VECTOR_PRODUCERS))}, or "
                 "deletion_vectors=False")
     flags = [k for k in props if k in _FLAG_PROPERTIES or
              (k.startswith("fields.") and k.endswith(".ignore-retract"))]
