@@ -288,6 +288,45 @@ def test_full_compaction_producer_emits_the_difference_between_full_compactions(
     lake.close()
 
 
+@pytest.mark.parametrize("vectors", [False, True])
+def test_a_write_landing_during_a_full_compaction_is_in_its_changelog(vectors, tmp_path,
+                                                                     monkeypatch):
+    """The full compaction's change is computed on one snapshot: a commit landing before the
+    compaction commits makes it compute the change again, or that write would fall between
+    two full compactions' changes and never be streamed."""
+    from arrowlake.table import changelog, vector_compaction
+
+    lake = al.connect(tmp_path / "lake")
+    t = lake.create_table("s.t", SCHEMA, primary_key=["k"], buckets=2,
+                          deletion_vectors=vectors, changelog_producer="full-compaction")
+    t.upsert({"k": [1, 2], "v": ["a", "b"]})
+    t.upsert({"k": [1], "v": ["A"]})
+    owner, name = (vector_compaction, "full_compaction_changelog") if vectors else \
+        (changelog, "full_compaction_changelog")
+    computed = getattr(owner, name)
+    bases = []
+
+    def racing(table, base):
+        out = computed(table, base)
+        if not bases:  # another writer commits before this compaction does
+            lake.table("s.t").upsert({"k": [3], "v": ["c"]})
+        bases.append(base)
+        return out
+
+    monkeypatch.setattr(owner, name, racing)
+    assert t.compact(full=True).snapshot_id is not None
+    assert len(bases) == 2 and bases[1] > bases[0]  # computed again on the newer snapshot
+    monkeypatch.undo()
+    t.upsert({"k": [4], "v": ["d"]})
+    t.compact(full=True)
+    # The racing write is in the first full compaction's change, and only there.
+    assert by_key(changes(t)) == [
+        ("compact", [(1, "A", "+I"), (2, "b", "+I"), (3, "c", "+I")]),
+        ("compact", [(4, "d", "+I")]),
+    ]
+    lake.close()
+
+
 seq_ops = st.lists(
     st.one_of(
         st.tuples(st.just("upsert"), st.lists(
