@@ -327,6 +327,53 @@ def test_a_write_landing_during_a_full_compaction_is_in_its_changelog(vectors, t
     lake.close()
 
 
+def _drain(stream: al.Stream) -> list:
+    out = []
+    while (change := stream.poll()) is not None:
+        out.append(change)
+    return out
+
+
+@pytest.mark.parametrize("vectors", [False, True])
+def test_full_compaction_streams_start_and_catch_up_at_a_full_compaction(vectors, tmp_path):
+    """On a full-compaction table a stream's state is what full compactions left: a full
+    start reads the last one's state and a catch-up ends at the last one, so the writes after
+    it reach the stream once, in the next full compaction's change (as Paimon's first scan
+    of such a table does)."""
+    lake = al.connect(tmp_path / "lake")
+    t = lake.create_table("s.t", SCHEMA, primary_key=["k"], buckets=2,
+                          deletion_vectors=vectors, changelog_producer="full-compaction")
+    t.upsert({"k": [1, 2], "v": ["a", "b"]})
+    # No full compaction yet: a full start reads nothing; the first one brings every row.
+    early = t.stream(start="full", consumer="early", include_row_kind=True)
+    assert [c.to_arrow().num_rows for c in _drain(early)] == []
+    t.compact(full=True)
+    t.upsert({"k": [1, 3], "v": ["A", "c"]})  # after the last full compaction
+    full = t.stream(start="full", include_row_kind=True)
+    [first] = _drain(full)
+    assert sorted((r["k"], r["v"]) for r in first.to_arrow().to_pylist()) == [(1, "a"), (2, "b")]
+    # A consumer far behind: catch-up ends at the last full compaction too.
+    behind = t.stream(start="earliest", catch_up_threshold=1, include_row_kind=True)
+    caught = [sorted((r["k"], r["v"], r["_row_kind"]) for r in c.to_arrow().to_pylist())
+              for c in _drain(behind)]
+    assert caught == [[(1, "a", "+I"), (2, "b", "+I")]]
+    t.upsert({"k": [2], "v": ["B"]})
+    t.compact(full=True)
+    # The full compaction's change; caught up, the same net change without before-images.
+    changed = [(1, "A", "+U"), (1, "a", "-U"), (2, "B", "+U"), (2, "b", "-U"), (3, "c", "+I")]
+    net = [(1, "A", "+U"), (2, "B", "+U"), (3, "c", "+I")]
+    for stream, expected in ((full, changed), (behind, net)):
+        [change] = _drain(stream)
+        assert sorted((r["k"], r["v"], r["_row_kind"]) for r in change.to_arrow().to_pylist()) \
+            == expected
+        stream.close()
+    got = [sorted((r["k"], r["v"], r["_row_kind"]) for r in c.to_arrow().to_pylist())
+           for c in _drain(early)]
+    assert got == [[(1, "a", "+I"), (2, "b", "+I")], changed]
+    early.close()
+    lake.close()
+
+
 seq_ops = st.lists(
     st.one_of(
         st.tuples(st.just("upsert"), st.lists(

@@ -60,6 +60,7 @@ from arrowlake.streaming import leases
 from arrowlake.streaming.change import AnySplit, Change
 from arrowlake.streaming.planning import ChangePlanner, Snapshot
 from arrowlake.streaming.splits import ROW_KIND_FIELD
+from arrowlake.table.changelog import last_full_compaction
 from arrowlake.table.net_change import NO_CHANGE_KINDS, changed_files
 from arrowlake.table.table import Table, register_stream_factory
 
@@ -233,8 +234,7 @@ class Stream:
         if start == "full":
             if current is None:
                 return 0
-            self._full_at = current
-            return current
+            return self._full_start(current)
         if start == "latest":
             return 0 if current is None else current
         if start == "earliest":
@@ -244,8 +244,7 @@ class Stream:
             if ms.snapshot(tid, earliest)["parent_id"] is None:
                 return earliest - 1  # the whole history is retained: replay it
             # Older snapshots expired: their changes are gone, the state they left is not.
-            self._full_at = earliest
-            return earliest
+            return self._full_start(earliest)
         if isinstance(start, datetime):
             at_ms = epoch_ms(start, "start")
             earliest = ms.earliest_snapshot_id(tid)
@@ -448,6 +447,22 @@ class Stream:
             self._changed.clear()  # files of trailing snapshots that changed nothing here
         return None
 
+    def _full_compaction_table(self) -> bool:
+        return self._record.properties.get("changelog-producer") == "full-compaction"
+
+    def _full_start(self, snapshot_id: int) -> int:
+        """Start with a full scan of ``snapshot_id``'s state and go on after it. On a
+        ``full-compaction`` table the state streams hold is what full compactions leave: the
+        scan reads the last one's (none before the first, whose change then brings every
+        row), so the writes after it arrive once, with the next one's change."""
+        if self._full_compaction_table():
+            reference = last_full_compaction(self._table)
+            if reference is None:
+                return snapshot_id
+            snapshot_id = reference
+        self._full_at = snapshot_id
+        return snapshot_id
+
     def _fetch(self) -> None:
         rows = self._metastore.snapshots_after(self._table_id, self.position, _POLL_BATCH)
         if rows and rows[0]["snapshot_id"] != self.position + 1:
@@ -508,6 +523,13 @@ class Stream:
         """
         ms, tid, start = self._metastore, self._table_id, self.position
         end = ms.current_snapshot_id(tid)
+        if self._full_compaction_table():
+            # From the state the stream holds (the last full compaction it passed) to the
+            # last full compaction: later writes arrive with the next one's change.
+            end = last_full_compaction(self._table)
+            if end is None or end <= start:
+                return None
+            start = last_full_compaction(self._table, at_or_before=start) or 0
         if end is None or end <= start:
             return None
         if start > 0:

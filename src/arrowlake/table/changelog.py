@@ -75,11 +75,14 @@ def check_producer(value: object, primary_key: Sequence[str]) -> str:
     return str(value)
 
 
-def last_full_compaction(table: Table) -> int | None:
-    """The snapshot of the table's last full compaction that wrote a changelog, if any."""
+def last_full_compaction(table: Table, at_or_before: int | None = None) -> int | None:
+    """The snapshot of the table's last full compaction that wrote a changelog (at or before
+    snapshot ``at_or_before``, when given), if any."""
     snaps = table._metastore.snapshots(table._record.table_id)
     hits = snaps.filter(pc.match_substring(snaps.column("summary"),
                                            f'"changelog": "{FULL_COMPACTION_DIFF}"'))
+    if at_or_before is not None:
+        hits = hits.filter(pc.less_equal(hits.column("snapshot_id"), at_or_before))
     return None if hits.num_rows == 0 else int(hits.column("snapshot_id")[-1].as_py())
 
 
