@@ -373,13 +373,17 @@ def print_long(rows: int, upserts: int, r: LongRun, properties: dict[str, str]) 
     settings = ", ".join(f"{k}={v}" for k, v in properties.items()) or "default settings"
     print(f"long run: {rows:,} rows, then {upserts} upserts of {rows // 10:,} with {settings}; "
           f"{r.compactions} of them compacted (seconds)")
+    # The deletion-vector issue's targets are tighter than the merge-on-read issue's.
+    vectors = properties.get("deletion-vectors.enabled") == "true"
+    total_x, worst_x, read_x = (1.3, 3, 1.2) if vectors else (1.5, 4, 1.5)
     table = [
         Row("upsert (median)", each, "pq.write_table zstd (median)",
             statistics.median(r.raw_upserts)),
-        Row("upsert (max) vs upsert median", worst, "arrowlake upsert median", each, "<=4x",
-            worst <= 4 * each),
+        Row("upsert (max) vs upsert median", worst, "arrowlake upsert median", each,
+            f"<={worst_x}x", worst <= worst_x * each),
         Row(f"{upserts} upserts (total, compaction included)", total,
-            "pq.write_table zstd (total)", raw_total, "<=1.5x", total <= 1.5 * raw_total),
+            "pq.write_table zstd (total)", raw_total, f"<={total_x}x",
+            total <= total_x * raw_total),
         Row("compaction bytes written / bytes upserted", amp, "-", float("nan"), "<=3",
             amp <= 3),
         Row("compaction bytes read / bytes upserted", r.compacted_read / r.upserted_bytes, "-",
@@ -387,7 +391,8 @@ def print_long(rows: int, upserts: int, r: LongRun, properties: dict[str, str]) 
     ]
     for n, per_bucket, t_read, t_raw in r.reads:
         table.append(Row(f"full read after {n} upserts ({per_bucket:.1f} files/bucket)", t_read,
-                         "pyarrow.dataset same rows", t_raw, "<=1.5x", t_read <= 1.5 * t_raw))
+                         "pyarrow.dataset same rows", t_raw, f"<={read_x}x",
+                         t_read <= read_x * t_raw))
     print_table("", table)
 
 
@@ -534,6 +539,16 @@ def main() -> None:
         finally:
             shutil.rmtree(root, ignore_errors=True)
         print_long(args.rows, args.long_upserts, long, properties)
+        if properties.get("deletion-vectors.enabled") == "true":
+            # The same long run on a merge-on-read table, printed beside it.
+            mor = {**properties, "deletion-vectors.enabled": "false"}
+            root = Path(tempfile.mkdtemp(prefix="arrowlake-bench-pk-long-mor-"))
+            try:
+                long = long_run(root, args.rows, args.long_upserts, runs, args.encodings, mor)
+            finally:
+                shutil.rmtree(root, ignore_errors=True)
+            print()
+            print_long(args.rows, args.long_upserts, long, mor)
         return
     w = Workload.make(args.rows)
     n_live = w.live.num_rows

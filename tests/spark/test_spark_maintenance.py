@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pyarrow as pa
 import pytest
 
 import arrowlake as al
@@ -32,6 +33,36 @@ def test_compact_as_a_spark_job_does_what_table_compact_does(spark, tmp_path, de
     assert bucket_files(jobs) == bucket_files(local)
     # Nothing is left to do, for either.
     assert arrowlake.spark.compact(spark, lake, "m.by_spark", full=full).snapshot_id is None
+
+
+def test_a_full_spark_compaction_commits_the_full_compaction_changelog_with_vectors(
+        spark, tmp_path):
+    lake = al.connect(tmp_path / "lake")
+    schema = pa.schema([pa.field("k", pa.int64(), nullable=False), ("v", pa.string())])
+    made = {name: lake.create_table(name, schema, primary_key=["k"], buckets=2,
+                                    deletion_vectors=True, changelog_producer="full-compaction")
+            for name in ("m.by_spark", "m.in_process")}
+    seen = {}
+    for name, table in made.items():
+        def compact(name=name, table=table):
+            if name == "m.by_spark":
+                return arrowlake.spark.compact(spark, lake, name, full=True)
+            return table.compact(full=True)
+
+        table.upsert({"k": [1, 2, 3], "v": ["a", "b", "c"]})
+        assert compact().snapshot_id is not None  # one file per bucket: only the changelog
+        table.upsert({"k": [1, 4], "v": ["A", "d"]})
+        table.delete("k = 2")
+        assert compact().snapshot_id is not None
+        assert compact().snapshot_id is None  # nothing changed since
+        with table.stream(start="earliest", stop_at_latest=True, include_row_kind=True) as s:
+            seen[name] = [(c.kind, sorted(c.to_arrow().to_pylist(), key=lambda r: r["k"]))
+                          for c in s]
+    assert seen["m.by_spark"] == seen["m.in_process"]
+    assert [[(r["k"], r["v"], r["_row_kind"]) for r in rows]
+            for _, rows in seen["m.by_spark"]] == [
+        [(1, "a", "+I"), (2, "b", "+I"), (3, "c", "+I")],
+        [(1, "a", "-U"), (1, "A", "+U"), (2, "b", "-D"), (4, "d", "+I")]]
 
 
 def test_a_spark_compaction_that_loses_a_race_is_dropped(spark, tmp_path, monkeypatch):

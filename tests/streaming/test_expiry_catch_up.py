@@ -75,6 +75,27 @@ def _state(t: al.Table, snapshot: int | None) -> dict[int, str]:
 
 
 @pytest.mark.parametrize("vectors", [False, True], ids=["merge-on-read", "deletion-vectors"])
+def test_catch_up_retracts_the_keys_of_buckets_an_overwrite_emptied(vectors, tmp_path):
+    lake = al.connect(tmp_path / "lake")
+    schema = pa.schema([pa.field("k", pa.int64(), nullable=False),
+                        pa.field("p", pa.string(), nullable=False), ("v", pa.string())])
+    t = lake.create_table("s.p", schema, primary_key=["k", "p"], partition_by=["p"],
+                          buckets=4, deletion_vectors=vectors)
+    t.upsert({"k": list(range(8)), "p": ["a"] * 8, "v": ["x"] * 8})
+    start = t.current_snapshot_id
+    # Partition a's new rows land in one bucket: the others lose their files, gaining none.
+    t.overwrite({"k": [0], "p": ["a"], "v": ["y"]}, filter="p = 'a'")
+    t.upsert({"k": [100], "p": ["b"], "v": ["z"]})
+    with t.stream(start=start + 1, catch_up_threshold=1, include_row_kind=True,
+                  columns=["k"], stop_at_latest=True) as changes:
+        [change] = list(changes)
+    assert change.kind == "catch-up"
+    assert sorted((r["k"], r["_row_kind"]) for r in change.to_arrow().to_pylist()) == [
+        (0, "+U"), *((k, "-D") for k in range(1, 8)), (100, "+I")]
+    lake.close()
+
+
+@pytest.mark.parametrize("vectors", [False, True], ids=["merge-on-read", "deletion-vectors"])
 @pytest.mark.parametrize("kind", METASTORES)
 def test_catch_up_on_a_key_table_is_the_net_change_per_key(kind, vectors, tmp_path, request):
     lake = make_lake(kind, tmp_path, request)

@@ -36,7 +36,6 @@ def test_new_primary_key_tables_get_deletion_vectors_unless_they_say_otherwise(t
         "off": lake.create_table("s.c", SCHEMA, primary_key=["id"], deletion_vectors=False),
         "off-property": lake.create_table("s.d", SCHEMA, primary_key=["id"],
                                           properties={DV: "false"}),
-        # Producers that read merge-on-read runs get that mode when nothing is said.
         "input": lake.create_table("s.e", SCHEMA, primary_key=["id"],
                                    changelog_producer="input"),
         "full-compaction": lake.create_table("s.f", SCHEMA, primary_key=["id"],
@@ -46,7 +45,7 @@ def test_new_primary_key_tables_get_deletion_vectors_unless_they_say_otherwise(t
     }
     modes = {name: t.properties[DV] for name, t in created.items()}
     assert modes == {"default": "true", "lookup": "true", "off": "false", "off-property": "false",
-                     "input": "false", "full-compaction": "false", "pandas": "true"}
+                     "input": "true", "full-compaction": "true", "pandas": "true"}
     assert created["pandas"].to_pandas().sort_values("id")["v"].tolist() == [3, 4]
     plain = lake.create_table("s.plain", SCHEMA)
     assert DV not in plain.properties

@@ -3,10 +3,10 @@
 Positions are row numbers within a file, so rows inside a row group are not filtered while
 a file with a vector is read (a filter would shift the positions): row groups are still
 skipped by their statistics against the filter, the ones kept are read in one threaded read
-(they come back in file order, each starting at the position its footer gives), the deleted
-positions are dropped with one boolean mask (numpy over the vector's sorted positions), and
-then the filter and projection are applied to what is left, with the same dataset expressions
-a plain read pushes down, so both give the same rows.
+(they come back in file order, each starting at the position its footer gives), and the
+deleted positions (a boolean mask over the rows read, numpy over the vector's sorted
+positions) and the filter are applied in one pass, with the same dataset expression a plain
+read pushes down, so both give the same rows; then the projection.
 """
 
 from __future__ import annotations
@@ -96,13 +96,18 @@ def live_batches(storage: Storage, path: str, deletes: VectorRef,
     if int(lengths.sum()) != rows.num_rows:
         raise DataFileError(f"{path} holds {rows.num_rows} rows in the row groups read, "
                             f"its footer says {int(lengths.sum())}")
-    mask = keep_mask(deleted, 0, int(starts[-1]))
+    mask = _kept_rows(deleted, starts, groups, lengths)
+    if filter is not None and isinstance(columns, list):
+        # The deleted rows and the filter's in one pass over the rows read (the alive mask
+        # as a column), then the projection.
+        if mask is not None:
+            rows = rows.append_column(_ALIVE, pa.array(mask))
+            filter = filter & ds.field(_ALIVE)
+        rows = rows.filter(filter).select(columns)
+        if rows.num_rows:
+            yield from rows.to_batches(max_chunksize=batch_size)
+        return
     if mask is not None:
-        if len(kept) < len(starts) - 1:
-            # The position of every row read: each kept row group's start, counted on.
-            offsets = np.repeat(starts[groups] - np.concatenate(([0], np.cumsum(lengths)[:-1])),
-                                lengths)
-            mask = mask[np.arange(rows.num_rows) + offsets]
         rows = rows.filter(pa.array(mask))
     if rows.num_rows == 0:
         return
@@ -113,3 +118,22 @@ def live_batches(storage: Storage, path: str, deletes: VectorRef,
     # left.
     yield from ds.dataset(rows).to_batches(columns=columns, filter=filter,
                                            batch_size=batch_size, use_threads=True)
+
+
+#: The column that carries the alive mask through a filter (no file column is named so:
+#: arrowlake's own columns do not start with two underscores).
+_ALIVE = "__arrowlake_alive"
+
+
+def _kept_rows(deleted: np.ndarray, starts: np.ndarray, groups: np.ndarray,
+               lengths: np.ndarray) -> np.ndarray | None:
+    """True for each row read (the row groups ``groups``, in file order) that ``deleted``
+    does not name; None when none is deleted."""
+    if len(groups) == len(starts) - 1:
+        return keep_mask(deleted, 0, int(starts[-1]))
+    masks = [keep_mask(deleted, int(starts[g]), int(n)) for g, n in zip(groups, lengths,
+                                                                        strict=True)]
+    if all(m is None for m in masks):
+        return None
+    return np.concatenate([np.ones(int(n), dtype=bool) if m is None else m
+                           for m, n in zip(masks, lengths, strict=True)])

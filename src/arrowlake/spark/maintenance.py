@@ -41,7 +41,14 @@ from arrowlake.scan.planning import make_splits
 from arrowlake.scan.read import read_split_table
 from arrowlake.scan.split import Split
 from arrowlake.spark.source import LakeOptions, open_lake
-from arrowlake.table import compaction, maintenance, pk_options, vector_compaction
+from arrowlake.table import (
+    changelog,
+    compaction,
+    maintenance,
+    pk_options,
+    vector_changelog,
+    vector_compaction,
+)
 from arrowlake.table.compaction import CompactionResult
 from arrowlake.table.maintenance import OrphanResult
 from arrowlake.table.sorted_runs import start_group_writers
@@ -153,7 +160,9 @@ def _merge_bucket(payload: tuple[WriteTarget, Split, bool, dict[int, tuple[str, 
 
 def _compact_vectors(spark: SparkSession, t: Table, full: bool) -> CompactionResult:
     """A deletion-vector table's compaction: the picks of
-    :func:`~arrowlake.table.vector_compaction.compact_vectors` rewritten by tasks."""
+    :func:`~arrowlake.table.vector_compaction.compact_vectors` rewritten by tasks. A full one
+    of a ``full-compaction`` table commits its changelog too (computed by the driver once the
+    tasks are done), and is dropped if any commit lands while the job runs."""
     t.refresh()
     base = t.current_snapshot_id
     if base is None:
@@ -161,11 +170,13 @@ def _compact_vectors(spark: SparkSession, t: Table, full: bool) -> CompactionRes
     props = t._record.properties
     groups, view = vector_compaction._groups(t, base, None)
     picks = [p for p in (vector_compaction._pick(g, props, full) for g in groups) if p]
-    if not picks:
+    logged = full and changelog.changelog_producer(t) == "full-compaction"
+    if not picks and not logged:
         return CompactionResult(None)
     picks.sort(key=lambda p: (-len(p), vector_compaction._Pick(p).live_bytes))
     target = write_target(t)
     added: list[NewFile] = []
+    log: list[NewFile] = []
     try:
         splits = [make_splits(view, files, columns=target.schema.names, expr=AlwaysTrue(),
                               target_bytes=1 << 62)[0] for files in picks]
@@ -173,19 +184,26 @@ def _compact_vectors(spark: SparkSession, t: Table, full: bool) -> CompactionRes
                                           [(target, split) for split in splits])
                  for f in files]
         removed = [f for files in picks for f in files]
+        summary: dict[str, Any] = {"buckets": len(picks)}
+        if logged:
+            log, noted = vector_changelog.full_compaction_changelog(t, base)
+            summary.update(noted)
+            if not picks and not log:
+                return CompactionResult(None)  # nothing changed since the last one
         change = SnapshotChange(
             kind="compact", schema_id=t._record.current_schema_id, add=added,
             remove=[f.file_id for f in removed],
-            removed_rows=sum(f.live_rows for f in removed), summary={"buckets": len(picks)},
+            removed_rows=sum(f.live_rows for f in removed), summary=summary, changelog=log,
+            on_rebase=vector_changelog.refuse_rebase(base) if logged else None,
             expect_vectors={f.file_id: f.deletes.since if f.deletes else None
                             for f in removed}, deletion_vectors=True)
         try:
             result = t._metastore.commit(t._record.table_id, base, change)
         except CommitConflict:
-            _discard(t, added)
+            _discard(t, [*added, *log])
             return CompactionResult(None, dropped=True)
     except BaseException:
-        _discard(t, added)
+        _discard(t, [*added, *log])
         raise
     return CompactionResult(result.snapshot_id, len(picks), len(removed), len(added),
                             removed_bytes=sum(f.file_size for f in removed),

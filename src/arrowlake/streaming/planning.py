@@ -53,6 +53,7 @@ from arrowlake.table.changelog_files import (
     UNCHANGED,
     log_schema,
 )
+from arrowlake.table.net_change import in_units, unit_ids
 from arrowlake.table.table import Table
 
 #: Splits of a change hold up to this many bytes of files.
@@ -127,7 +128,8 @@ class ChangePlanner:
         schema = view.schema
         columns = self._columns
         merge = self._merge if merged else None
-        if self._merge is not None:
+        if self._merge is not None or row_kind is None:
+            # Runs and changelog files carry the row-kind column besides the table's.
             schemas = {sid: s.append(KIND_FIELD) for sid, s in schemas.items()}
         if row_kind is None:
             schema = schema.append(KIND_FIELD)
@@ -172,8 +174,10 @@ class ChangePlanner:
             is_run = pc.equal(kept.column("content"), "data")
             splits += self._referencing_splits(view, kept.filter(pc.invert(is_run)),
                                                kept.filter(is_run))
-        elif self._merge is not None and (changelog.num_rows or "changelog" in snap.summary):
-            # The table's changelog producer wrote what this snapshot changed.
+        elif (self._merge is not None or self._record.deletion_vectors) and (
+                changelog.num_rows or "changelog" in snap.summary):
+            # The table's changelog producer wrote what this snapshot changed (with deletion
+            # vectors: ``input`` and ``full-compaction``).
             splits += self.splits(view, changelog, row_kind=None, merged=False)
         elif self._record.deletion_vectors:
             is_data = pc.equal(added.column("content"), "data")
@@ -332,22 +336,10 @@ class ChangePlanner:
         if added.num_rows == 0:
             return []
         ms, tid = self._metastore, self._table_id
-
-        def unit_ids(files: pa.Table) -> pa.Array:
-            # (partition, bucket) as one integer; unpartitioned tables have null partitions.
-            pid = pc.cast(pc.fill_null(files.column("partition_id"), -1), pa.int64())
-            bucket = pc.cast(pc.fill_null(files.column("bucket"), 0), pa.int64())
-            return pc.add(pc.multiply(pc.add(pid, 1), 1 << 32), bucket)
-
         touched_units = pc.unique(unit_ids(added))
-
-        def in_touched(files: pa.Table) -> pa.Table:
-            if files.num_rows == 0:
-                return files
-            return files.filter(pc.is_in(unit_ids(files), touched_units))
-
-        before_files = in_touched(ms.live_files(tid, start)) if start > 0 else None
-        after_files = in_touched(ms.live_files(tid, end))
+        before_files = in_units(ms.live_files(tid, start), touched_units) if start > 0 \
+            else None
+        after_files = in_units(ms.live_files(tid, end), touched_units)
         views = {"after": self.view(end), "before": self.view(start)}
         groups: dict[int, dict[str, list[Any]]] = {}
         for name, files in (("after", after_files), ("before", before_files)):

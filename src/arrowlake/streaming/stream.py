@@ -60,10 +60,10 @@ from arrowlake.streaming import leases
 from arrowlake.streaming.change import AnySplit, Change
 from arrowlake.streaming.planning import ChangePlanner, Snapshot
 from arrowlake.streaming.splits import ROW_KIND_FIELD
+from arrowlake.table.changelog import last_full_compaction
+from arrowlake.table.net_change import NO_CHANGE_KINDS, changed_files
 from arrowlake.table.table import Table, register_stream_factory
 
-#: Snapshot kinds that never change rows (compaction rewrites runs, the rows stay).
-_NO_CHANGE_KINDS = frozenset({"compact"})
 #: Snapshots fetched per poll query.
 _POLL_BATCH = 1000
 #: The next change is read ahead (while the caller processes the current one) up to this many
@@ -234,8 +234,7 @@ class Stream:
         if start == "full":
             if current is None:
                 return 0
-            self._full_at = current
-            return current
+            return self._full_start(current)
         if start == "latest":
             return 0 if current is None else current
         if start == "earliest":
@@ -245,8 +244,7 @@ class Stream:
             if ms.snapshot(tid, earliest)["parent_id"] is None:
                 return earliest - 1  # the whole history is retained: replay it
             # Older snapshots expired: their changes are gone, the state they left is not.
-            self._full_at = earliest
-            return earliest
+            return self._full_start(earliest)
         if isinstance(start, datetime):
             at_ms = epoch_ms(start, "start")
             earliest = ms.earliest_snapshot_id(tid)
@@ -449,6 +447,22 @@ class Stream:
             self._changed.clear()  # files of trailing snapshots that changed nothing here
         return None
 
+    def _full_compaction_table(self) -> bool:
+        return self._record.properties.get("changelog-producer") == "full-compaction"
+
+    def _full_start(self, snapshot_id: int) -> int:
+        """Start with a full scan of ``snapshot_id``'s state and go on after it. On a
+        ``full-compaction`` table the state streams hold is what full compactions leave: the
+        scan reads the last one's (none before the first, whose change then brings every
+        row), so the writes after it arrive once, with the next one's change."""
+        if self._full_compaction_table():
+            reference = last_full_compaction(self._table)
+            if reference is None:
+                return snapshot_id
+            snapshot_id = reference
+        self._full_at = snapshot_id
+        return snapshot_id
+
     def _fetch(self) -> None:
         rows = self._metastore.snapshots_after(self._table_id, self.position, _POLL_BATCH)
         if rows and rows[0]["snapshot_id"] != self.position + 1:
@@ -511,6 +525,13 @@ class Stream:
         """
         ms, tid, start = self._metastore, self._table_id, self.position
         end = ms.current_snapshot_id(tid)
+        if self._full_compaction_table():
+            # From the state the stream holds (the last full compaction it passed) to the
+            # last full compaction: later writes arrive with the next one's change.
+            end = last_full_compaction(self._table)
+            if end is None or end <= start:
+                return None
+            start = last_full_compaction(self._table, at_or_before=start) or 0
         if end is None or end <= start:
             return None
         if start > 0:
@@ -522,24 +543,16 @@ class Stream:
         if len(snaps) != end - start:
             return None
         self._check_mode(start + 1, end)
-        added, _ = ms.files_changed(tid, start, end)
-        added = added.filter(pc.equal(added.column("content"), "data"))
-        skipped = [int(r["snapshot_id"]) for r in snaps if r["kind"] in _NO_CHANGE_KINDS]
-        if skipped and added.num_rows:
-            added = added.filter(pc.invert(pc.is_in(added.column("added_snapshot"),
-                                                    pa.array(skipped, pa.int64()))))
-        if self._record.deletion_vectors:
-            # A delete adds no file, but extends the vectors of the files it deleted from:
-            # their buckets changed too.
-            marked = ms.files_with_vectors_after(tid, start)
-            added = pa.concat_tables([added, marked.cast(added.schema)])
-        added = self._planner.prune(self._planner.keep(added))
+        # The files whose partitions and buckets hold every row that may have changed (a
+        # delete from a deletion-vector table adds no file, it extends vectors).
+        changed = self._planner.prune(self._planner.keep(
+            changed_files(self._table, start, end, snaps)))
         if self._merge is not None or self._record.deletion_vectors:
-            splits: list[AnySplit] = self._planner.net_change_splits(start, end, added)
+            splits: list[AnySplit] = self._planner.net_change_splits(start, end, changed)
         else:
-            if any(r["kind"] not in ("append", *_NO_CHANGE_KINDS) for r in snaps):
+            if any(r["kind"] not in ("append", *NO_CHANGE_KINDS) for r in snaps):
                 return None
-            splits = list(self._planner.splits(self._planner.view(end), added, row_kind="+I",
+            splits = list(self._planner.splits(self._planner.view(end), changed, row_kind="+I",
                                                merged=False))
         self._queue.clear()
         for future in self._prefetched.values():
@@ -576,7 +589,7 @@ class Stream:
 
     def _plan(self, snap: Snapshot) -> Change | None:
         """The change of one snapshot, or None when it changed no rows of this stream."""
-        if snap.kind in _NO_CHANGE_KINDS and "changelog" not in snap.summary:
+        if snap.kind in NO_CHANGE_KINDS and "changelog" not in snap.summary:
             return None  # (a full compaction of a full-compaction table has a changelog)
         added, removed = self._files_changed(snap)
         return self._planner.plan(snap, added, removed)

@@ -42,6 +42,7 @@ import pyarrow.compute as pc
 
 from arrowlake.errors import ValidationError
 from arrowlake.metastore.store import NewFile, SnapshotChange
+from arrowlake.scan.scan import Scan
 from arrowlake.table.changelog_files import (
     REFERENCING_FORMAT,
     REFERENCING_SUMMARY,
@@ -55,6 +56,8 @@ if TYPE_CHECKING:
     from arrowlake.table.table import Table
 
 PRODUCERS = ("none", "input", "lookup", "full-compaction")
+#: A full compaction's summary entry ``changelog``: the next one's reference state.
+FULL_COMPACTION_DIFF = "full-compaction-diff"
 
 
 def changelog_producer(table: Table) -> str:
@@ -72,11 +75,14 @@ def check_producer(value: object, primary_key: Sequence[str]) -> str:
     return str(value)
 
 
-def last_full_compaction(table: Table) -> int | None:
-    """The snapshot of the table's last full compaction that wrote a changelog, if any."""
+def last_full_compaction(table: Table, at_or_before: int | None = None) -> int | None:
+    """The snapshot of the table's last full compaction that wrote a changelog (at or before
+    snapshot ``at_or_before``, when given), if any."""
     snaps = table._metastore.snapshots(table._record.table_id)
     hits = snaps.filter(pc.match_substring(snaps.column("summary"),
-                                           '"changelog": "full-compaction-diff"'))
+                                           f'"changelog": "{FULL_COMPACTION_DIFF}"'))
+    if at_or_before is not None:
+        hits = hits.filter(pc.less_equal(hits.column("snapshot_id"), at_or_before))
     return None if hits.num_rows == 0 else int(hits.column("snapshot_id")[-1].as_py())
 
 
@@ -86,12 +92,16 @@ def full_compaction_changelog(table: Table, base: int) -> tuple[list[NewFile], d
     summary entry marking this snapshot as the new reference."""
     key = list(table._record.primary_key)
     previous = last_full_compaction(table)
-    after = table.scan(snapshot=base).to_arrow()
-    before = table.scan(snapshot=previous).to_arrow().cast(after.schema) \
-        if previous is not None else after.schema.empty_table()
+
+    def merged(snapshot: int) -> pa.Table:  # in the current schema (columns added since)
+        return Scan.create(table._view(snapshot, current_schema=True), None, None, None,
+                           table._merge_spec()).to_arrow()
+
+    after = merged(base)
+    before = merged(previous) if previous is not None else after.schema.empty_table()
     changes = diff(before, after, key)
     files = write_changelog(table, changes) if changes.num_rows else []
-    return files, {"changelog": "full-compaction-diff"}
+    return files, {"changelog": FULL_COMPACTION_DIFF}
 
 
 # -- committing -------------------------------------------------------------------------------

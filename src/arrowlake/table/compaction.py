@@ -33,7 +33,7 @@ changes the table's contents.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -429,19 +429,57 @@ def commit_merged(table: Table, base: int, inputs: Sequence[Sequence[FileTask]],
     drops the compaction."""
     log_files, log_summary = log
     removed = [f for files in inputs for f in files]
-    change = SnapshotChange(
-        kind="compact", schema_id=table._record.current_schema_id, add=added,
-        remove=[f.file_id for f in removed], removed_rows=sum(f.row_count for f in removed),
-        summary={"buckets": len(inputs), **log_summary}, changelog=log_files,
-        deletion_vectors=False)
+    # A full-compaction changelog holds for the snapshot it was computed on only: a commit
+    # landing first makes it computed again on the newer snapshot (else that commit's rows
+    # would fall between two full compactions' changes and never be streamed).
+    logged = log_summary.get("changelog") == changelog.FULL_COMPACTION_DIFF
     try:
-        result = table._metastore.commit(table._record.table_id, base, change)
+        for _ in range(CHANGELOG_ATTEMPTS):
+            change = SnapshotChange(
+                kind="compact", schema_id=table._record.current_schema_id, add=added,
+                remove=[f.file_id for f in removed],
+                removed_rows=sum(f.row_count for f in removed),
+                summary={"buckets": len(inputs), **log_summary}, changelog=log_files,
+                on_rebase=_changelog_outdated(base) if logged else None,
+                deletion_vectors=False)
+            try:
+                result = table._metastore.commit(table._record.table_id, base, change)
+            except _ChangelogOutdated:
+                _discard(table, log_files)
+                log_files = []
+                table.refresh()
+                current = table.current_snapshot_id
+                assert current is not None  # commits landed after base
+                base = current
+                log_files, log_summary = changelog.full_compaction_changelog(table, base)
+                continue
+            return CompactionResult(result.snapshot_id, len(inputs), len(removed), len(added),
+                                    removed_bytes=sum(f.file_size for f in removed),
+                                    added_bytes=sum(f.file_size for f in added))
     except CommitConflict:
+        pass
+    except BaseException:
         _discard(table, [*added, *log_files])
-        return CompactionResult(None, dropped=True)
-    return CompactionResult(result.snapshot_id, len(inputs), len(removed), len(added),
-                            removed_bytes=sum(f.file_size for f in removed),
-                            added_bytes=sum(f.file_size for f in added))
+        raise
+    _discard(table, [*added, *log_files])
+    return CompactionResult(None, dropped=True)
+
+
+#: How often a full compaction computes its changelog again because commits landed first.
+CHANGELOG_ATTEMPTS = 5
+
+
+class _ChangelogOutdated(CommitConflict):
+    """Commits landed after the snapshot a full compaction's changelog was computed on."""
+
+
+def _changelog_outdated(base: int) -> Callable[[pa.Table], None]:
+    def refuse(added: pa.Table) -> None:
+        raise _ChangelogOutdated(
+            f"Commits landed after snapshot {base}, which this full compaction's changelog "
+            "was computed on")
+
+    return refuse
 
 
 def pick_split(plan: _Plan, merge: MergeSpec, files: list[FileTask]) -> Split:

@@ -97,11 +97,14 @@ class _Plan:
 
 def commit_on_write(table: Table, rows: pa.Table, kind: str, *, commit_id: str | None = None,
                     summary: dict[str, Any] | None = None, base: int | None = None,
-                    on_rebase: Callable[[pa.Table], None] | None = None) -> WriteResult:
+                    on_rebase: Callable[[pa.Table], None] | None = None,
+                    changelog: Sequence[NewFile] = ()) -> WriteResult:
     """Write ``rows`` (table schema + ``_row_kind``) to a merge-on-write table and commit
     them on ``base`` (the current snapshot when None), looking the keys up again for as long
     as other commits keep changing the buckets written. ``on_rebase`` is the write's own
-    conflict check (deletes and MERGE INTO), run first."""
+    conflict check (deletes and MERGE INTO), run first. ``changelog``: changelog files
+    already written (``input`` producer), committed with the write even when it changes no
+    row, and deleted with its files when it does not land."""
     if base is None:
         table.refresh()
         base = table.current_snapshot_id
@@ -142,13 +145,13 @@ def commit_on_write(table: Table, rows: pa.Table, kind: str, *, commit_id: str |
                 tombstones, _ = _write(table, plan.tombstones)
                 graves = [replace(f, content="tombstone") for f in tombstones.files]
             vectors, puffin_path = _vectors(table, plan)
-            if not files and not vectors and not graves:
+            if not files and not vectors and not graves and not changelog:
                 return WriteResult(None, kind)
             new_positions = sum(v.new_positions for v in vectors)
             change = SnapshotChange(
                 kind=kind, schema_id=table._record.current_schema_id, add=files,
                 vectors=vectors, tombstones=graves, removed_rows=new_positions,
-                commit_id=commit_id,
+                commit_id=commit_id, changelog=changelog,
                 summary={**(summary or {}), "replaced_rows": plan.replaced},
                 on_rebase=_rebase_check(table, base, incoming, on_rebase),
                 deletion_vectors=True)
@@ -163,7 +166,7 @@ def commit_on_write(table: Table, rows: pa.Table, kind: str, *, commit_id: str |
                 _forget(table, puffin_path)
                 raise
             if result.duplicate:
-                _discard(table, [*files, *graves])
+                _discard(table, [*files, *graves, *changelog])
                 _forget(table, puffin_path)
             else:
                 _advance_indexes(table, plan, written, vectors)
@@ -177,7 +180,7 @@ def commit_on_write(table: Table, rows: pa.Table, kind: str, *, commit_id: str |
             "time other commits changed the buckets it writes before it could commit; the "
             "table is unchanged by it. Retry later")
     except BaseException:
-        _discard(table, [*files, *graves])
+        _discard(table, [*files, *graves, *changelog])
         raise
 
 

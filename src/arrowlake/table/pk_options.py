@@ -142,15 +142,15 @@ def validate_pk_options(schema: pa.Schema, primary_key: Sequence[str],
     return schema, buckets, props
 
 
-#: Changelog producers that work with deletion vectors. A new primary-key table gets deletion
-#: vectors by default only with one of these; with another it gets merge-on-read.
-DELETION_VECTOR_PRODUCERS = frozenset({"none", "lookup"})
+#: Changelog producers that work with deletion vectors: all of them (``input`` and
+#: ``full-compaction`` through :mod:`arrowlake.table.vector_changelog`).
+DELETION_VECTOR_PRODUCERS = frozenset({"none", "lookup", "input", "full-compaction"})
 
 
 def default_deletion_vectors(props: Mapping[str, str]) -> bool:
     """The mode a new primary-key table with these properties gets when its creator does not
     choose one: deletion vectors (merge on write), unless its changelog producer needs
-    merge-on-read (not in :data:`DELETION_VECTOR_PRODUCERS`)."""
+    merge-on-read (not in :data:`DELETION_VECTOR_PRODUCERS`; today every producer is in it)."""
     return props.get("changelog-producer", "none") in DELETION_VECTOR_PRODUCERS
 
 
@@ -220,9 +220,8 @@ def validate_properties(props: Mapping[str, str], primary_key: Sequence[str]) ->
         producer = props.get("changelog-producer", "none")
         if value == "true" and producer not in DELETION_VECTOR_PRODUCERS:
             raise ValidationError(
-                f"changelog-producer '{producer}' is not supported with deletion vectors yet; "
-                "use 'none' or 'lookup' (both give exact changes with before-images on such "
-                "tables: each write's replaced rows are read back from its vectors), or "
+                f"changelog-producer '{producer}' is not supported with deletion vectors; use "
+                f"one of {', '.join(sorted(DELETION_VECTOR_PRODUCERS))}, or "
                 "deletion_vectors=False")
     flags = [k for k in props if k in _FLAG_PROPERTIES or
              (k.startswith("fields.") and k.endswith(".ignore-retract"))]

@@ -41,7 +41,6 @@ from arrowlake.table import changelog, lookup_changelog
 from arrowlake.table.compaction import compact_if_needed, compaction_options
 from arrowlake.table.inputs import batch_stream
 from arrowlake.table.maintenance_policy import compaction_mode
-from arrowlake.table.merge_on_write import commit_on_write
 from arrowlake.table.pk_options import (
     DEFAULT_BUCKETS,
     merge_engine,
@@ -52,6 +51,7 @@ from arrowlake.table.sorted_runs import (
     start_runs,
     write_runs,
 )
+from arrowlake.table.vector_changelog import commit_with_changelog
 from arrowlake.table.vector_compaction import compact_vectors
 from arrowlake.table.writes import (
     WriteResult,
@@ -92,8 +92,8 @@ def commit_rows(table: Table, rows: pa.Table, kind: str, *, commit_id: str | Non
     """
     if table._record.deletion_vectors:
         check_sequence_values(table, rows)
-        landed = commit_on_write(table, rows, kind, commit_id=commit_id, summary=summary,
-                                 base=base, on_rebase=on_rebase)
+        landed = commit_with_changelog(table, rows, kind, commit_id=commit_id,
+                                       summary=summary, base=base, on_rebase=on_rebase)
         return compact_vectors_after(table, landed)
     if base is None:
         table.refresh()

@@ -10,7 +10,8 @@ files. Per partition and bucket, a compaction rewrites into one file the live ro
   chooses by live bytes once the bucket holds more than ``compaction.max-runs`` files (each
   write adds one file per bucket it touches).
 
-``compact(full=True)`` rewrites every bucket with more than one file or any deleted row. After a
+``compact(full=True)`` rewrites every bucket with more than one file or any deleted row (on a
+``full-compaction`` table, committed with its changelog: :mod:`.vector_changelog`). After a
 write, the buckets it touched are compacted within ``compaction.write-budget`` times the bytes
 it wrote (the first bucket due always), as for merge-on-read tables. The output keeps the
 sequence range of its inputs. Writes that mark rows of its inputs deleted while it runs do
@@ -25,7 +26,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -40,6 +41,7 @@ from arrowlake.metastore.records import NewFile, SnapshotChange, StaleVectors
 from arrowlake.scan.planning import TableView, file_tasks, file_vectors, make_splits
 from arrowlake.scan.read import read_split_table
 from arrowlake.scan.split import FileTask
+from arrowlake.table.changelog import changelog_producer
 from arrowlake.table.compaction import (
     CompactionResult,
     DueBucket,
@@ -49,6 +51,7 @@ from arrowlake.table.compaction import (
 from arrowlake.table.key_lookup import lookup_columns, remember_written
 from arrowlake.table.pk_options import rewrite_threshold
 from arrowlake.table.sorted_runs import start_group_writers
+from arrowlake.table.vector_changelog import full_compaction_changelog, refuse_rebase
 from arrowlake.table.writes import _discard
 
 if TYPE_CHECKING:
@@ -115,9 +118,12 @@ def compact_vectors(table: Table, *, full: bool = False, touched: Iterable[int] 
                 kept.append(pick)
                 budget -= pick.live_bytes
         picks = kept
-    if not picks:
+    # A full compaction of a full-compaction table commits its changelog even when no file
+    # needs rewriting (the first one after writes that each left one file per bucket).
+    logged = full and changelog_producer(table) == "full-compaction"
+    if not picks and not logged:
         return CompactionResult(None)
-    return _commit(table, view, base, picks)
+    return _commit(table, view, base, picks, logged=logged)
 
 
 def due_vector_buckets(table: Table) -> list[DueBucket]:
@@ -243,13 +249,20 @@ def _catch_up(table: Table, outputs: list[_Output]) -> int | None:
     return base
 
 
-def _commit(table: Table, view: TableView, base: int, picks: list[_Pick]) -> CompactionResult:
+def _commit(table: Table, view: TableView, base: int, picks: list[_Pick], *,
+            logged: bool = False) -> CompactionResult:
     """Rewrite ``picks`` and commit them as one snapshot. Writes that mark rows of the picked
     files deleted meanwhile do not void it: their rows are dropped from the output (rewritten
     without them) and the commit is tried again on the newer snapshot, up to
-    :data:`ATTEMPTS` times. Only a commit that removed a picked file makes it give way."""
+    :data:`ATTEMPTS` times. Only a commit that removed a picked file makes it give way.
+
+    ``logged``: a full compaction of a ``full-compaction`` table, committed with the net
+    change since the previous one (:mod:`arrowlake.table.vector_changelog`). That change holds
+    for the snapshot it was computed on only, so any commit landing first makes the attempt
+    start again on the newer snapshot, the change computed again."""
     rec = table._record
     outputs: list[_Output] = []
+    log: list[NewFile] = []
     try:
         for pick in picks:
             out = _read_pick(table, view, pick)
@@ -258,11 +271,20 @@ def _commit(table: Table, view: TableView, base: int, picks: list[_Pick]) -> Com
         for _ in range(ATTEMPTS):
             removed = [f for out in outputs for f in out.pick.files]
             added = [f for out in outputs for f in out.files]
+            summary: dict[str, Any] = {"buckets": len(outputs)}
+            if logged:
+                _discard(table, log)
+                log = []
+                log, noted = full_compaction_changelog(table, base)
+                summary.update(noted)
+                if not outputs and not log:
+                    return CompactionResult(None)  # nothing changed since the last one
             change = SnapshotChange(
                 kind="compact", schema_id=rec.current_schema_id, add=added,
                 remove=[f.file_id for f in removed],
                 removed_rows=sum(f.live_rows for f in removed),
-                summary={"buckets": len(outputs)},
+                summary=summary, changelog=log,
+                on_rebase=refuse_rebase(base) if logged else None,
                 expect_vectors={f.file_id: f.deletes.since if f.deletes else None
                                 for f in removed}, deletion_vectors=True)
             try:
@@ -278,10 +300,10 @@ def _commit(table: Table, view: TableView, base: int, picks: list[_Pick]) -> Com
             return CompactionResult(result.snapshot_id, len(outputs), len(removed), len(added),
                                     removed_bytes=sum(f.file_size for f in removed),
                                     added_bytes=sum(f.file_size for f in added))
-        _discard(table, [f for out in outputs for f in out.files])
+        _discard(table, [*log, *(f for out in outputs for f in out.files)])
         return CompactionResult(None, dropped=True)
     except BaseException:
-        _discard(table, [f for out in outputs for f in out.files])
+        _discard(table, [*log, *(f for out in outputs for f in out.files)])
         raise
 
 
