@@ -473,7 +473,7 @@ def main() -> None:
                    f"{off / py_floor:.1f}x at the Python source floor)")
 
         # -- primary-key tables after 5 upserts of 10% of the keys ------------------------------
-        def upserted(name: str, deletion_vectors: bool = False) -> Path:
+        def upserted(name: str, *, deletion_vectors: bool) -> Path:
             """A primary-key table of ``n`` rows after 5 upserts of 10% of its keys (random
             keys), and a Parquet copy of its live rows (returned)."""
             table = lake.create_table(name, SCHEMA, primary_key=["id"], buckets=8,
@@ -495,7 +495,7 @@ def main() -> None:
         if "pk" in only:
             print("full aggregate, primary-key table after 5 upserts of 10% of the keys",
                   flush=True)
-            live = upserted("bench.users")
+            live = upserted("bench.users", deletion_vectors=False)  # merge on read
             compare(aggregate, live, "spark.read.parquet (copy of live rows)",
                     "bench.users", plain=False, columns=True)
 

@@ -78,7 +78,8 @@ def test_item13_damaged_data_file_raises_data_file_error(lake: al.Lake, how: str
 
 
 def test_item13_damaged_file_in_a_primary_key_merge(lake: al.Lake) -> None:
-    t = lake.create_table("shop.users", SCHEMA, primary_key=["id"], buckets=1)
+    t = lake.create_table("shop.users", SCHEMA, primary_key=["id"], buckets=1,
+                          deletion_vectors=False)
     t.upsert(rows(0, 500))
     t.upsert(rows(250, 500))  # overlaps the first run: reads merge both
     path = sorted(t.files().column("path").to_pylist())[0]

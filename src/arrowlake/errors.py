@@ -84,6 +84,11 @@ class ConsumerInUse(ArrowlakeError):
     """Another open stream holds the consumer id (its lease has not expired)."""
 
 
+class ModeSwitched(ArrowlakeError):
+    """A stream reached snapshots written in another mode (deletion vectors or merge on read)
+    than the one it reads the table in: the table's mode was switched."""
+
+
 class MetastoreError(ArrowlakeError):
     """The metastore database is unusable (wrong version, corrupt rows)."""
 

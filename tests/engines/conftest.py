@@ -45,7 +45,8 @@ def fill_append_table(lake: al.Lake, name: str = "shop.events", commits: int = 8
 
 
 def fill_pk_table(lake: al.Lake, name: str = "shop.orders") -> al.Table:
-    """A primary-key table whose keys were upserted several times (reads must merge)."""
+    """A primary-key table whose keys were upserted several times (the default mode, deletion
+    vectors: reads drop the replaced rows)."""
     table = lake.create_table(name, EVENTS_SCHEMA, primary_key=["id"], buckets=4)
     for i in range(4):
         batch = events_data(i * 300, 600)

@@ -147,7 +147,8 @@ def test_fast_path_over_connect_reads_what_the_classic_session_reads(spark, clie
     a.rename_column("n", "amount")
     a.add_column("note", pa.string())
     a.append(pa.table({"id": [1000], "day": ["d9"], "amount": [7], "note": ["x"]}))
-    k = lake.create_table("s.k", SCHEMA, primary_key=["id"], buckets=4)
+    k = lake.create_table("s.k", SCHEMA, primary_key=["id"], buckets=4,
+                          deletion_vectors=False)
     k.upsert(rows(range(400)))
     k.upsert(rows(range(1000, 1100)))
     k.upsert(rows(range(0, 40), n=9))

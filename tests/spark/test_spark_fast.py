@@ -54,7 +54,7 @@ def test_append_table_with_evolved_schema_reads_the_same_as_the_data_source(spar
 def test_primary_key_table_merges_only_overlapping_buckets(spark, tmp_path):
     path = tmp_path / "lake"
     lake = al.connect(path)
-    t = lake.create_table("s.k", SCHEMA, primary_key=["id"], buckets=4)
+    t = lake.create_table("s.k", SCHEMA, deletion_vectors=False, primary_key=["id"], buckets=4)
     t.upsert(data(0, 400))
     t.upsert(data(0, 400).slice(0, 40).set_column(2, "n", pa.array([99] * 40, pa.int32())))
     t.delete("id = 7")
@@ -72,7 +72,7 @@ def test_primary_key_table_merges_only_overlapping_buckets(spark, tmp_path):
 def test_buckets_of_disjoint_runs_take_spark_parquet_reader(spark, tmp_path):
     path = tmp_path / "lake"
     lake = al.connect(path)
-    t = lake.create_table("s.d", SCHEMA, primary_key=["id"], buckets=4)
+    t = lake.create_table("s.d", SCHEMA, deletion_vectors=False, primary_key=["id"], buckets=4)
     t.upsert(data(0, 400))
     t.upsert(data(1000, 400))  # new keys only: every bucket gets a second run of other keys
     files = t.files()

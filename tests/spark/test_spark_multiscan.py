@@ -55,7 +55,8 @@ def lake_path(tmp_path_factory):
     root = tmp_path_factory.mktemp("multiscan")
     lake = al.connect(root / "lake")
     append = lake.create_table("s.events", SCHEMA)
-    keyed = lake.create_table("s.users", SCHEMA, primary_key=["id"], buckets=2)
+    keyed = lake.create_table("s.users", SCHEMA, primary_key=["id"], buckets=2,
+                              deletion_vectors=False)  # buckets to merge
     for start in range(0, 4000, 1000):
         append.append(data(start, 1000))
         keyed.upsert(data(start, 1000))

@@ -67,7 +67,8 @@ def test_one_input_partition_per_split(spark, lake_path):
 
 def test_primary_key_table_reads_merged_rows(spark, lake_path):
     lake = al.connect(lake_path)
-    t = lake.create_table("crm.users", ORDERS, primary_key=["order_id"], buckets=3)
+    t = lake.create_table("crm.users", ORDERS, primary_key=["order_id"], buckets=3,
+                          deletion_vectors=False)
     t.upsert(orders(0, 300))
     t.upsert(orders(100, 100).set_column(3, "amount", pa.array([-1] * 100, pa.int32())))
     t.delete("order_id < 20")

@@ -108,7 +108,8 @@ def planned(tmp_path_factory) -> dict[str, Path]:
     log = lake.create_table("shop.log", schema, partition_by=["day"])
     log.append(pa.table({"id": range(100), "day": ["d1", "d2"] * 50,
                          "amount": [float(i) for i in range(100)]}, schema))
-    users = lake.create_table("shop.users", schema, primary_key=["id"], buckets=1)
+    users = lake.create_table("shop.users", schema, primary_key=["id"], buckets=1,
+                              deletion_vectors=False)
     users.upsert(pa.table({"id": range(100), "day": ["d1"] * 100,
                            "amount": [1.0] * 100}, schema))
     users.upsert(pa.table({"id": range(50), "day": ["d2"] * 50, "amount": [2.0] * 50},

@@ -29,7 +29,7 @@ def drain(stream: al.Stream) -> list[al.Change]:
 
 
 def test_full_start_then_one_change_per_snapshot_on_a_key_table(lake):
-    t = lake.create_table("s.kv", KEYED, primary_key=["k"], buckets=4)
+    t = lake.create_table("s.kv", KEYED, deletion_vectors=False, primary_key=["k"], buckets=4)
     t.upsert({"k": [1, 2, 3], "region": ["EU", "US", "EU"], "amount": [10, 20, 30]})
     t.upsert({"k": [1], "region": ["EU"], "amount": [11]})
     stream = t.stream(include_row_kind=True, stop_at_latest=True)
@@ -361,7 +361,7 @@ def test_a04_a_stream_over_a_dropped_table_raises_table_not_found(sqlite_lake):
 
 
 def _net_change_table(lake: al.Lake) -> tuple[al.Table, int]:
-    t = lake.create_table("s.kv", KEYED, primary_key=["k"], buckets=2)
+    t = lake.create_table("s.kv", KEYED, deletion_vectors=False, primary_key=["k"], buckets=2)
     t.upsert({"k": [1, 2, 3], "region": ["EU", "US", "EU"], "amount": [10, 20, 30]})
     start = t.current_snapshot_id
     t.upsert({"k": [1, 4], "region": ["EU", "US"], "amount": [11, 40]})

@@ -152,7 +152,7 @@ def test_malformed_compaction_property_writes_nothing(kind, tmp_path, request):
 @pytest.mark.parametrize("kind", METASTORES)
 def test_tenth_upsert_merges_the_small_runs_and_reports_it(kind, tmp_path, request):
     lake = make_lake(kind, tmp_path, request)
-    table = lake.create_table("c.t", SCHEMA, primary_key=["id"], buckets=1)
+    table = lake.create_table("c.t", SCHEMA, deletion_vectors=False, primary_key=["id"], buckets=1)
     assert table.properties["compaction.max-runs"] == "10"
     table.upsert(batch(range(20_000), "base"))
     base_file = table.files()["file_id"][0].as_py()
@@ -234,6 +234,7 @@ def test_compaction_merges_the_runs_its_writer_keeps_decoded(sqlite_lake, cache,
     if cache is not None:
         props["write.run-cache-size"] = cache
     table = sqlite_lake.create_table("c.cached", SCHEMA, primary_key=["id"], buckets=1,
+                                     deletion_vectors=False,
                                      properties=props)
     table.upsert(batch(range(100)))
     table.upsert(batch(range(50, 150), "y"))

@@ -411,18 +411,6 @@ def test_writes_racing_a_compaction_do_not_void_it(tmp_path, monkeypatch, races)
     lake.close()
 
 
-def test_the_mode_is_fixed_at_creation(tmp_path):
-    lake = al.connect(tmp_path / "lake")
-    dv = _dv_table(lake)
-    mor = lake.create_table("s.mor", SCHEMA, primary_key=["id"])
-    for table, value in ((dv, "false"), (mor, "true")):
-        with pytest.raises(ValidationError, match="cannot be changed after creation"):
-            table.set_properties(**{"deletion-vectors.enabled": value})
-    assert dv.properties["deletion-vectors.enabled"] == "true"
-    assert "deletion-vectors.enabled" not in mor.properties
-    lake.close()
-
-
 def test_a_lookup_changelog_table_streams_before_images(tmp_path):
     lake = al.connect(tmp_path / "lake")
     t = _dv_table(lake, changelog_producer="lookup")

@@ -34,6 +34,13 @@ def users(lake):
     return lake.create_table("crm.users", SCHEMA, primary_key=["id"], buckets=4)
 
 
+@pytest.fixture
+def mor_users(lake):
+    """Merge-on-read: compaction merges the runs writes leave."""
+    return lake.create_table("crm.users", SCHEMA, primary_key=["id"], buckets=4,
+                             deletion_vectors=False)
+
+
 def test_upsert_replaces_by_key_and_dedupes_within_a_write(users):
     users.upsert(rows([1, 2, 3], "a"))
     users.upsert(pa.concat_tables([rows([2], "b"), rows([2], "c"), rows([4], "d")]))
@@ -214,10 +221,10 @@ def test_commits_trigger_compaction_over_max_runs(lake):
     assert "compact" in t.snapshots()["kind"].to_pylist()
 
 
-def test_compaction_that_loses_a_race_is_dropped(users, monkeypatch):
-    users.upsert(rows(range(20), "a"))
-    users.upsert(rows(range(10), "b"))
-    expected = users.to_arrow().sort_by("id")
+def test_compaction_that_loses_a_race_is_dropped(mor_users, monkeypatch):
+    mor_users.upsert(rows(range(20), "a"))
+    mor_users.upsert(rows(range(10), "b"))
+    expected = mor_users.to_arrow().sort_by("id")
     from arrowlake.table import compaction
 
     original = compaction._write_compacted
@@ -233,21 +240,21 @@ def test_compaction_that_loses_a_race_is_dropped(users, monkeypatch):
         return original(table, merged, runs, *rest)
 
     monkeypatch.setattr(compaction, "_write_compacted", racing)
-    result = users.compact(full=True)
+    result = mor_users.compact(full=True)
     assert result.dropped and result.snapshot_id is None
-    assert users.to_arrow().sort_by("id").equals(expected)
+    assert mor_users.to_arrow().sort_by("id").equals(expected)
     from datetime import timedelta
 
-    assert users.remove_orphan_files(older_than=timedelta(0)).files == []
+    assert mor_users.remove_orphan_files(older_than=timedelta(0)).files == []
 
 
-def test_compaction_failing_in_one_bucket_leaves_no_files(users, monkeypatch):
+def test_compaction_failing_in_one_bucket_leaves_no_files(mor_users, monkeypatch):
     # Buckets are merged concurrently: when one fails, the others' files (written or being
     # written) are deleted, and the table is as it was.
-    users.upsert(rows(range(40), "a"))
-    users.upsert(rows(range(0, 40, 2), "b"))
-    expected = users.to_arrow().sort_by("id")
-    snapshot = users.current_snapshot_id
+    mor_users.upsert(rows(range(40), "a"))
+    mor_users.upsert(rows(range(0, 40, 2), "b"))
+    expected = mor_users.to_arrow().sort_by("id")
+    snapshot = mor_users.current_snapshot_id
     from arrowlake.table import compaction
 
     original = compaction.merge_bucket
@@ -261,13 +268,13 @@ def test_compaction_failing_in_one_bucket_leaves_no_files(users, monkeypatch):
 
     monkeypatch.setattr(compaction, "merge_bucket", failing)
     with pytest.raises(OSError, match="disk gone"):
-        users.compact(full=True)
+        mor_users.compact(full=True)
     assert len(calls) >= 2
-    assert users.current_snapshot_id == snapshot
-    assert users.to_arrow().sort_by("id").equals(expected)
+    assert mor_users.current_snapshot_id == snapshot
+    assert mor_users.to_arrow().sort_by("id").equals(expected)
     from datetime import timedelta
 
-    assert users.remove_orphan_files(older_than=timedelta(0)).files == []
+    assert mor_users.remove_orphan_files(older_than=timedelta(0)).files == []
 
 
 def test_partitioned_key_table(lake):
@@ -343,7 +350,7 @@ def test_buckets_of_disjoint_runs_are_read_without_merging(lake, monkeypatch):
     from arrowlake.merge import read as merge_read
 
     table = lake.create_table("crm.ranges", pa.schema([("id", pa.int64()), ("v", pa.string())]),
-                              primary_key=["id"], buckets=1,
+                              deletion_vectors=False, primary_key=["id"], buckets=1,
                               properties={"compaction.max-runs": "50"})
     table.upsert(pa.table({"id": [1, 2, 3], "v": ["a", "b", "c"]}))
     table.upsert(pa.table({"id": [10, 11], "v": ["x", "y"]}))  # keys above the first run's
@@ -430,6 +437,7 @@ def test_compacting_newer_runs_alone_keeps_resets(lake, engine, options):
                   **options.pop("properties", {})}
     table = lake.create_table(f"crm.tiered_{engine.replace('-', '_')}", SCHEMA,
                               primary_key=["id"], buckets=1, merge_engine=engine,
+                              deletion_vectors=False,
                               properties=properties, **options)
     table.upsert(rows(range(20_000), email="old", clicks=5, ts=1))  # the big, oldest run
     changes = pa.table({"id": [1, 1, 2], "email": ["old1", None, None],
@@ -552,6 +560,7 @@ def test_small_buckets_merged_together_read_as_merged_alone(sqlite_lake, monkeyp
                         ("clicks", pa.int64())])
     table = sqlite_lake.create_table(
         "crm.parts", schema, primary_key=["region", "id"], partition_by=["region"], buckets=3,
+        deletion_vectors=False,
         merge_engine=engine, properties={"compaction.max-runs": "50"}, **options)
 
     def batch(region, ids, email, clicks):

@@ -72,7 +72,8 @@ def test_a_key_written_by_two_stages_resolves_by_stage_order(any_lake, engine, v
 def test_stages_with_apart_key_ranges_are_committed_without_reading_them(sqlite_lake,
                                                                           monkeypatch, key_type):
     schema = pa.schema([("id", key_type), ("v", pa.string())])
-    t = sqlite_lake.create_table("s.k", schema, primary_key=["id"], buckets=1)
+    t = sqlite_lake.create_table("s.k", schema, primary_key=["id"], buckets=1,
+                                 deletion_vectors=False)
     target = write_target(t)
 
     def rows(ids):  # strings zero-padded, so that they order as the numbers do
@@ -109,6 +110,27 @@ def test_changes_and_overwrite_stages(any_lake):
     s = stage(target, {"id": [7], "v": ["z"]}, "overwrite")
     commit_staged(t, [s], "overwrite")
     assert t.to_arrow().to_pydict() == {"id": [7], "v": ["z"]}
+
+
+@pytest.mark.parametrize("vectors", [False, True], ids=["merge-on-read", "deletion-vectors"])
+def test_change_stages_committed_as_an_overwrite_leave_only_live_rows(sqlite_lake, vectors):
+    """A pipeline's first batch: change rows (retractions among them, keys in two stages)
+    replace the table. With deletion vectors, readers take every stored row as live, so the
+    retractions must not be stored as rows."""
+    t = sqlite_lake.create_table("s.k", SCHEMA, primary_key=["id"], buckets=2,
+                                 deletion_vectors=vectors)
+    t.upsert({"id": [1, 2, 8], "v": ["old"] * 3})
+    target = write_target(t)
+    first = stage(target, {"id": [1, 3, 4, 5], "v": ["a", "c", "d", "e"],
+                           "op": ["+I", "+I", "+I", "-D"]}, "changes", order=0)
+    second = stage(target, {"id": [3, 4, 6], "v": ["c", "d2", "f"], "op": ["-D", "+U", "-D"]},
+                   "changes", order=1)
+    commit_staged(t, [first, second], "overwrite")
+    assert t.to_arrow().sort_by("id").to_pydict() == {"id": [1, 4], "v": ["a", "d2"]}
+    assert t.count() == 2
+    committed = {t._storage.join(t.location, p)
+                 for p in t._metastore.all_file_paths(t._record.table_id)}
+    assert stored_paths(t) == committed  # the runs rewritten without retractions are gone
 
 
 def test_a_failed_commit_deletes_every_staged_file(sqlite_lake, monkeypatch):
@@ -155,6 +177,7 @@ def test_modes_a_table_cannot_take_fail_before_writing(sqlite_lake):
 
 def test_staged_upsert_into_a_lookup_table_writes_its_changelog(sqlite_lake):
     t = sqlite_lake.create_table("s.l", SCHEMA, primary_key=["id"], buckets=2,
+                                 deletion_vectors=False,
                                  changelog_producer="lookup")
     t.upsert({"id": [1, 2], "v": ["a", "b"]})
     start = t.current_snapshot_id

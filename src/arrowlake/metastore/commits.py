@@ -20,6 +20,7 @@ from arrowlake.metastore import signals
 from arrowlake.metastore import tables as t
 from arrowlake.metastore.database import Database
 from arrowlake.metastore.records import (
+    DELETION_VECTORS_PROPERTY,
     FILE_COLUMNS,
     FILE_SCHEMA,
     CommitResult,
@@ -29,6 +30,7 @@ from arrowlake.metastore.records import (
     SnapshotChange,
     StaleVectors,
     check_commit_id,
+    deletion_vectors_on,
     now_ms,
     partition_alias,
     rows_to_table,
@@ -124,7 +126,8 @@ class Commits(Database):
         tbl = t.tables.c
         # The row lock also waits out an earlier attempt of this commit that the database may
         # still be finishing, so the token lookup below sees whether it landed.
-        row = conn.execute(sa.select(tbl.current_snapshot_id, tbl.last_snapshot_id).where(
+        row = conn.execute(sa.select(tbl.current_snapshot_id, tbl.last_snapshot_id,
+                                     tbl.properties).where(
             tbl.table_id == table_id).with_for_update()).first()
         if row is None:
             raise self._dropped(table_id)
@@ -139,6 +142,14 @@ class Commits(Database):
                 & (t.snapshots.c.commit_id == change.commit_id))).first()
             if dup is not None:
                 return int(dup[0]), True
+        if change.deletion_vectors is not None and \
+                deletion_vectors_on(json.loads(row[2])) != change.deletion_vectors:
+            planned = "deletion vectors" if change.deletion_vectors else "merge-on-read runs"
+            raise CommitConflict(
+                f"The table's mode was switched while this {change.kind} was planned for "
+                f"{planned} (property '{DELETION_VECTORS_PROPERTY}' changed); nothing was "
+                f"committed and the table is unchanged. Retry the {change.kind}: it is planned "
+                "in the table's new mode")
         if current != base and change.on_rebase is not None and current is not None:
             change.on_rebase(self.files_added_between(conn, table_id, base, current))
         new_id = last + 1
@@ -165,6 +176,11 @@ class Commits(Database):
                 (t.vectors.c.table_id == table_id)
                 & t.vectors.c.file_id.in_(list(change.remove))
                 & t.vectors.c.removed_snapshot.is_(None)).values(removed_snapshot=new_id))
+        if change.remove_tombstones:
+            conn.execute(t.files.update().where(
+                (t.files.c.table_id == table_id) & (t.files.c.content == "tombstone")
+                & t.files.c.file_id.in_(list(change.remove_tombstones))
+                & t.files.c.removed_snapshot.is_(None)).values(removed_snapshot=new_id))
         if change.vectors:
             self._record_vectors(conn, table_id, new_id, change.vectors)
         partition_ids = self._partition_ids(conn, table_id, [*change.add, *change.changelog,

@@ -8,7 +8,7 @@ import json
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -62,6 +62,34 @@ def check_snapshot_id(snapshot_id: object) -> int:
 
 #: The table property that turns merge-on-write with deletion vectors on.
 DELETION_VECTORS_PROPERTY = "deletion-vectors.enabled"
+#: Where a table records when its mode was switched: a JSON list of ``[snapshot_id,
+#: "true"|"false"]``, one entry per switch, oldest first: the table's last snapshot when it
+#: was switched (which both modes read alike) and every later one are read in that mode.
+#: Written by the switch only, so time travel reads each snapshot in the mode it was written in.
+MODE_SWITCHES_PROPERTY = "deletion-vectors.switches"
+
+
+def deletion_vectors_on(properties: Mapping[str, str]) -> bool:
+    """Whether properties of a primary-key table turn deletion vectors on (its current mode)."""
+    return str(properties.get(DELETION_VECTORS_PROPERTY, "false")).strip().lower() == "true"
+
+
+def mode_switches(properties: Mapping[str, str]) -> list[tuple[int, bool]]:
+    """The table's mode switches, oldest first: ``(first snapshot id in it, new mode)``."""
+    text = properties.get(MODE_SWITCHES_PROPERTY)
+    return [] if not text else [(int(after), value == "true") for after, value in json.loads(text)]
+
+
+def deletion_vectors_at(properties: Mapping[str, str], snapshot_id: int | None) -> bool:
+    """The mode snapshot ``snapshot_id`` was written in (the current one when None)."""
+    switches = mode_switches(properties)
+    if snapshot_id is None or not switches:
+        return deletion_vectors_on(properties)
+    mode = not switches[0][1]  # every switch flips the mode
+    for after, value in switches:
+        if snapshot_id >= after:
+            mode = value
+    return mode
 
 #: Longest namespace, table or tag name and commit id the metastore columns hold.
 MAX_NAME_LENGTH = 255
@@ -115,8 +143,16 @@ class TableRecord:
     def deletion_vectors(self) -> bool:
         """Whether this primary-key table settles versions on write: each key lives in one
         row of one file, older versions marked deleted in deletion vectors (no merge on read)."""
-        return bool(self.primary_key) and \
-            self.properties.get(DELETION_VECTORS_PROPERTY, "false") == "true"
+        return bool(self.primary_key) and deletion_vectors_on(self.properties)
+
+    def as_of(self, snapshot_id: int | None) -> TableRecord:
+        """This record as a reader of ``snapshot_id`` needs it: in the mode that snapshot was
+        written in, if the table was switched since."""
+        if not self.primary_key or deletion_vectors_at(self.properties, snapshot_id) == \
+                self.deletion_vectors:
+            return self
+        mode = "true" if not self.deletion_vectors else "false"
+        return replace(self, properties={**self.properties, DELETION_VECTORS_PROPERTY: mode})
 
 
 @dataclass(frozen=True)
@@ -212,10 +248,18 @@ class SnapshotChange:
     # with their sequence values, so a version arriving later with an older sequence value
     # stays deleted. Recorded with content ``tombstone``: live like data files, never scanned.
     tombstones: Sequence[NewFile] = ()
+    # Tombstone files (file ids) this change ends: an overwrite of a merge-on-write table
+    # forgets the deletes of the rows it replaces, as merge-on-read forgets their retractions.
+    remove_tombstones: Sequence[int] = ()
     # A rewrite of files of a merge-on-write table (compaction) read them with these vectors
     # (file id -> the snapshot that recorded the vector, None: none): if another commit
     # extended one meanwhile, the rewrite would bring rows back, so it is StaleVectors.
     expect_vectors: Mapping[int, int | None] = field(default_factory=dict)
+    # The mode of the primary-key table the change was planned in (True: deletion vectors,
+    # False: merge-on-read runs; None: any, as for tables without a key): if the table's mode
+    # was switched meanwhile, the commit is a CommitConflict, never a snapshot of one mode in
+    # a table of the other.
+    deletion_vectors: bool | None = None
 
 
 @dataclass(frozen=True)

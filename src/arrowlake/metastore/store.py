@@ -210,18 +210,21 @@ class Metastore(Commits, Streams, MaintenanceRecords):
         except IntegrityError:
             raise TableAlreadyExists(f"Table '{namespace}.{name}' exists already") from None
 
-    def update_properties(self, table_id: int, changes: dict[str, str],
-                          check: Callable[[dict[str, str]], None] | None = None
-                          ) -> dict[str, str]:
+    def update_properties(
+            self, table_id: int, changes: dict[str, str],
+            check: Callable[[dict[str, str], int | None, int], dict[str, str] | None] | None
+            = None) -> dict[str, str]:
         """Merge ``changes`` into the table's properties as they are when its row is locked
         (so a concurrent change to other properties, such as a rename rewriting
-        ``fields.<col>.*``, is kept), after ``check(current)`` accepts them; returns the
-        merged properties."""
+        ``fields.<col>.*``, is kept), after ``check(current, current_snapshot_id,
+        last_snapshot_id)`` accepts them (it may return more changes: a mode switch records
+        itself); returns the merged properties."""
         with self._write() as conn:
             row = self._lock_table(conn, table_id)
             current = json.loads(row.properties)
             if check is not None:
-                check(current)
+                more = check(current, row.current_snapshot_id, int(row.last_snapshot_id))
+                changes = {**changes, **(more or {})}
             merged = {**current, **changes}
             conn.execute(t.tables.update().where(t.tables.c.table_id == table_id)
                          .values(properties=json.dumps(merged)))

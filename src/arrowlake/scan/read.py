@@ -427,6 +427,8 @@ def _finish(batch: pa.RecordBatch, group: _GroupRead, split: Split, extra: bool,
             built: dict[pa.Scalar, pa.Array] | None = None) -> pa.RecordBatch:
     if group.residual is not None:
         batch = batch.filter(group.residual)
+    if KIND_COLUMN in batch.schema.names:
+        batch = _inserts_where_unknown(batch)
     if filled:
         for name, value in zip(group.constants, filled, strict=True):
             batch = batch.append_column(name, _constant_slice(value, batch.num_rows, built))
@@ -435,6 +437,18 @@ def _finish(batch: pa.RecordBatch, group: _GroupRead, split: Split, extra: bool,
     if batch.schema != out_schema:
         batch = pa.RecordBatch.from_arrays(batch.columns, schema=out_schema)
     return batch
+
+
+def _inserts_where_unknown(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """``batch`` with its row kinds filled in where the file had none: a file written with
+    deletion vectors (before the table's mode was switched to merge-on-read) holds only live
+    rows, so each is an insert."""
+    i = batch.schema.get_field_index(KIND_COLUMN)
+    kinds = batch.column(i)
+    if not kinds.null_count:
+        return batch
+    return batch.set_column(i, batch.schema.field(i),
+                            pc.fill_null(kinds, pa.scalar(0, kinds.type)))
 
 
 def _constant_slice(value: pa.Scalar, length: int,

@@ -196,7 +196,7 @@ def _compact_vectors(spark: SparkSession, t: Table, full: bool) -> CompactionRes
             removed_rows=sum(f.live_rows for f in removed), summary=summary, changelog=log,
             on_rebase=vector_changelog.refuse_rebase(base) if logged else None,
             expect_vectors={f.file_id: f.deletes.since if f.deletes else None
-                            for f in removed})
+                            for f in removed}, deletion_vectors=True)
         try:
             result = t._metastore.commit(t._record.table_id, base, change)
         except CommitConflict:

@@ -43,7 +43,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from arrowlake.errors import SnapshotNotFound, ValidationError
+from arrowlake.errors import ModeSwitched, SnapshotNotFound, ValidationError
 from arrowlake.expressions import (
     AlwaysTrue,
     Expr,
@@ -51,7 +51,7 @@ from arrowlake.expressions import (
     to_expression,
 )
 from arrowlake.metastore import signals
-from arrowlake.metastore.records import epoch_ms
+from arrowlake.metastore.records import deletion_vectors_at, epoch_ms, mode_switches
 from arrowlake.metastore.store import check_name
 from arrowlake.scan.adapters import adapter
 from arrowlake.scan.split import MergeSpec
@@ -473,6 +473,8 @@ class Stream:
                 "expired, so their changes are lost. Start again with start='full' (for a "
                 "consumer: table.drop_consumer(id) first), and keep consumers committing within "
                 "the table's consumer.expiration")
+        if rows:
+            self._check_mode(int(rows[0]["snapshot_id"]), int(rows[-1]["snapshot_id"]))
         self._queue.extend(
             Snapshot(int(r["snapshot_id"]), str(r["kind"]), int(r["committed_at"]),
                       json.loads(r["summary"] or "{}"),
@@ -540,6 +542,7 @@ class Stream:
         snaps = ms.snapshots_after(tid, start, limit=end - start, upto=end)
         if len(snaps) != end - start:
             return None
+        self._check_mode(start + 1, end)
         # The files whose partitions and buckets hold every row that may have changed (a
         # delete from a deletion-vector table adds no file, it extends vectors).
         changed = self._planner.prune(self._planner.keep(
@@ -563,6 +566,26 @@ class Stream:
         return Change(end, "catch-up", datetime.fromtimestamp(snaps[-1]["committed_at"] / 1000,
                                                                UTC),
                       tuple(splits), self.schema, start + 1)
+
+    def _check_mode(self, first: int, last: int) -> None:
+        """Refuse snapshots ``first`` to ``last`` if the table's mode was switched so that some
+        were written in another mode than this stream plans with (it does not follow a
+        switch; each mode's changes are planned differently)."""
+        if not self._record.primary_key:
+            return
+        props = self._metastore.load_table_by_id(self._table_id).properties
+        mine = self._record.deletion_vectors
+        inside = [at for at, _ in mode_switches(props) if first < at <= last]
+        if deletion_vectors_at(props, first) == mine and not inside:
+            return
+        at = inside[0] if deletion_vectors_at(props, first) == mine else first
+        modes = ("deletion vectors", "merge on read")
+        raise ModeSwitched(
+            f"Table {self._table.name} was switched to {modes[mine]} from snapshot {at} on; "
+            f"this stream reads it in the mode it had when the stream was opened "
+            f"({modes[not mine]}) and does not follow a switch. Reopen the stream (a consumer "
+            f"resumes where it committed); one that must start before snapshot {at} can only "
+            "start again after it (drop_consumer, then start='full')")
 
     def _plan(self, snap: Snapshot) -> Change | None:
         """The change of one snapshot, or None when it changed no rows of this stream."""

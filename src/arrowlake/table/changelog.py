@@ -126,12 +126,12 @@ def commit_runs(table: Table, kind: str, base: int | None, runs: list[NewFile],
     producer = changelog_producer(table)
     if producer == "none":
         return commit_files(table, kind, base, runs, commit_id=commit_id, summary=summary,
-                            on_rebase=on_rebase)
+                            on_rebase=on_rebase, deletion_vectors=False)
     if producer == "full-compaction":
         # Only full compactions write a changelog: streams skip this snapshot.
         return commit_files(table, kind, base, runs, commit_id=commit_id,
                             summary={**(summary or {}), "changelog": producer},
-                            on_rebase=on_rebase)
+                            on_rebase=on_rebase, deletion_vectors=False)
     state: LookupChangelog | None = None
     try:
         if producer == "input":
@@ -164,7 +164,7 @@ def commit_runs(table: Table, kind: str, base: int | None, runs: list[NewFile],
 
     change = SnapshotChange(kind=kind, schema_id=table._record.current_schema_id, add=runs,
                             commit_id=commit_id, summary=noted, on_rebase=rebased,
-                            changelog=changelog)
+                            changelog=changelog, deletion_vectors=False)
     try:
         result = table._metastore.commit(table._record.table_id, base, change)
     except BaseException:

@@ -440,7 +440,8 @@ def commit_merged(table: Table, base: int, inputs: Sequence[Sequence[FileTask]],
                 remove=[f.file_id for f in removed],
                 removed_rows=sum(f.row_count for f in removed),
                 summary={"buckets": len(inputs), **log_summary}, changelog=log_files,
-                on_rebase=_changelog_outdated(base) if logged else None)
+                on_rebase=_changelog_outdated(base) if logged else None,
+                deletion_vectors=False)
             try:
                 result = table._metastore.commit(table._record.table_id, base, change)
             except _ChangelogOutdated:

@@ -153,7 +153,8 @@ def commit_on_write(table: Table, rows: pa.Table, kind: str, *, commit_id: str |
                 vectors=vectors, tombstones=graves, removed_rows=new_positions,
                 commit_id=commit_id, changelog=changelog,
                 summary={**(summary or {}), "replaced_rows": plan.replaced},
-                on_rebase=_rebase_check(table, base, incoming, on_rebase))
+                on_rebase=_rebase_check(table, base, incoming, on_rebase),
+                deletion_vectors=True)
             try:
                 result = table._metastore.commit(table._record.table_id, base, change)
             except StaleVectors:

@@ -20,7 +20,7 @@ from arrowlake.merge import (
     engine_from_options,
 )
 from arrowlake.merge.runs import KIND_COLUMN
-from arrowlake.metastore.records import DELETION_VECTORS_PROPERTY
+from arrowlake.metastore.records import DELETION_VECTORS_PROPERTY, MODE_SWITCHES_PROPERTY
 from arrowlake.schema import field_id, find_field
 from arrowlake.table import changelog
 from arrowlake.table.compaction import (
@@ -57,6 +57,9 @@ def validate_pk_options(schema: pa.Schema, primary_key: Sequence[str],
                         ) -> tuple[pa.Schema, int | None, dict[str, str]]:
     """Check a primary-key table's definition; return its schema (keys non-null), buckets and
     properties. Every problem is a clear error before anything is created."""
+    if MODE_SWITCHES_PROPERTY in props:
+        raise ValidationError(f"Property '{MODE_SWITCHES_PROPERTY}' is written by mode switches "
+                              "only; a new table has none")
     unknown = sorted(set(options) - set(_OPTION_NAMES))
     if unknown:
         raise ValidationError(
@@ -130,14 +133,10 @@ def validate_pk_options(schema: pa.Schema, primary_key: Sequence[str],
     if options.get("default_aggregation"):
         props["fields.default-aggregate-function"] = str(options["default_aggregation"])
     props.setdefault("compaction.max-runs", str(CompactionOptions().max_runs))
-    if options.get("deletion_vectors") is not None:
-        flag = options["deletion_vectors"]
-        if not isinstance(flag, bool):
-            raise ValidationError(f"deletion_vectors must be True or False, not {flag!r}")
-        props[DELETION_VECTORS_PROPERTY] = "true" if flag else "false"
     if "changelog_producer" in options:
         props["changelog-producer"] = changelog.check_producer(options["changelog_producer"],
                                                                primary_key)
+    props[DELETION_VECTORS_PROPERTY] = _deletion_vectors_flag(options, props)
     # Builds the engine once so bad aggregation functions fail now.
     engine_from_options(engine_name, schema, list(primary_key), _engine_options(props))
     return schema, buckets, props
@@ -148,10 +147,38 @@ def validate_pk_options(schema: pa.Schema, primary_key: Sequence[str],
 DELETION_VECTOR_PRODUCERS = frozenset({"none", "lookup", "input", "full-compaction"})
 
 
+def default_deletion_vectors(props: Mapping[str, str]) -> bool:
+    """The mode a new primary-key table with these properties gets when its creator does not
+    choose one: deletion vectors (merge on write), unless its changelog producer needs
+    merge-on-read (not in :data:`DELETION_VECTOR_PRODUCERS`; today every producer is in it)."""
+    return props.get("changelog-producer", "none") in DELETION_VECTOR_PRODUCERS
+
+
+def _deletion_vectors_flag(options: Mapping[str, Any], props: Mapping[str, str]) -> str:
+    """The ``deletion-vectors.enabled`` value a new primary-key table records: the option
+    ``deletion_vectors=``, else the property, else :func:`default_deletion_vectors`. Recorded
+    either way, so the table keeps its mode if the default ever changes."""
+    flag = options.get("deletion_vectors")
+    given = props.get(DELETION_VECTORS_PROPERTY)
+    if flag is None:
+        if given is not None:
+            return str(given).strip().lower()  # validate_properties checks the value
+        return "true" if default_deletion_vectors(props) else "false"
+    if not isinstance(flag, bool):
+        raise ValidationError(f"deletion_vectors must be True or False, not {flag!r}")
+    value = "true" if flag else "false"
+    if given is not None and str(given).strip().lower() != value:
+        raise ValidationError(
+            f"deletion_vectors={flag} and property '{DELETION_VECTORS_PROPERTY}'={given!r} "
+            "disagree; give one of them")
+    return value
+
+
 #: Properties that say how the runs already written merge: fixed once the table exists.
+#: (``deletion-vectors.enabled`` is not: see :mod:`arrowlake.table.mode_switch`.)
 FIXED_PROPERTIES = ("merge-engine", "sequence-field", "ignore-delete",
                     "partial-update.ignore-delete", "aggregation.remove-record-on-delete",
-                    "fields.default-aggregate-function", DELETION_VECTORS_PROPERTY)
+                    "fields.default-aggregate-function")
 _FLAG_PROPERTIES = ("ignore-delete", "partial-update.ignore-delete",
                     "aggregation.remove-record-on-delete")
 
@@ -171,7 +198,8 @@ def validate_properties(props: Mapping[str, str], primary_key: Sequence[str]) ->
     compaction_options(props)
     maintenance_policy(props)
     run_cache_bytes(props)
-    engine_props = sorted(k for k in props if is_engine_property(k))
+    engine_props = sorted(k for k in props if is_engine_property(k)
+                          or k in (DELETION_VECTORS_PROPERTY, MODE_SWITCHES_PROPERTY))
     if engine_props and not primary_key:
         raise ValidationError(
             f"Properties {engine_props} configure merge engines and need a table with a "

@@ -61,6 +61,7 @@ from arrowlake.table.writes import (
 )
 
 if TYPE_CHECKING:
+    from arrowlake.scan.planning import TableView
     from arrowlake.table.table import Table
 
 _log = logging.getLogger(__name__)
@@ -376,6 +377,16 @@ def overwrite(table: Table, data: Any, expr: Any, *, commit_id: str | None = Non
     return commit_overwrite(table, files, expr, added_rows=rows.num_rows, commit_id=commit_id)
 
 
+def _replaced_tombstones(table: Table, view: TableView, expr: Any) -> list[int]:
+    """The tombstone files of a merge-on-write table in the partitions an overwrite replaces:
+    the deletes they remember are of rows the overwrite replaces too."""
+    graves = table._metastore.live_files(view.record.table_id, view.snapshot_id,
+                                         content="tombstone")
+    if graves.num_rows and not isinstance(expr, AlwaysTrue):
+        graves = graves.filter(fully_matching(view, graves, expr))
+    return [int(i) for i in graves.column("file_id").to_pylist()]
+
+
 def commit_overwrite(table: Table, files: list[NewFile], expr: Any, *, added_rows: int,
                      commit_id: str | None = None) -> WriteResult:
     """Commit runs already written while removing the files of the partitions ``expr`` selects
@@ -390,7 +401,8 @@ def commit_overwrite(table: Table, files: list[NewFile], expr: Any, *, added_row
             if old.num_rows and not isinstance(expr, AlwaysTrue):
                 old = old.filter(fully_matching(view, old, expr))
             remove = old.column("file_id").to_pylist()
-            if not files and not remove:
+            graves = _replaced_tombstones(table, view, expr) if rec.deletion_vectors else []
+            if not files and not remove and not graves:
                 return WriteResult(None, "overwrite")
             removed_rows = int(pa.compute.sum(old.column("row_count")).as_py() or 0)
             if rec.deletion_vectors and remove:
@@ -399,7 +411,8 @@ def commit_overwrite(table: Table, files: list[NewFile], expr: Any, *, added_row
                     rec.table_id, base, remove).values())
             change = SnapshotChange(
                 kind="overwrite", schema_id=rec.current_schema_id, add=files, remove=remove,
-                removed_rows=removed_rows,
+                remove_tombstones=graves,
+                removed_rows=removed_rows, deletion_vectors=rec.deletion_vectors,
                 commit_id=commit_id, on_rebase=_conflict_on_new_matches(table, expr))
             try:
                 result = table._metastore.commit(rec.table_id, base, change)

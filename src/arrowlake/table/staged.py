@@ -34,6 +34,7 @@ from arrowlake.expressions import AlwaysTrue, Expr, referenced_columns, to_arrow
 from arrowlake.io.storage import Storage
 from arrowlake.io.writer import write_batches
 from arrowlake.merge.runs import KIND_COLUMN, key_bounds_compare, key_range
+from arrowlake.merge.versions import is_retraction
 from arrowlake.metastore.store import NewFile, TableRecord
 from arrowlake.table import changelog, sorted_runs
 from arrowlake.table import primary_key as pk
@@ -177,6 +178,8 @@ def commit_staged(table: Table, staged: Sequence[StagedWrite], mode: WriteMode =
         if rec.deletion_vectors and mode != "overwrite":
             return _commit_on_write(table, ordered, mode, commit_id)
         files = _settle_repeated_keys(table, ordered)
+        if rec.deletion_vectors:  # an overwrite (other modes returned above)
+            files = _live_rows_only(table, files)
         if mode == "overwrite":
             return pk.commit_overwrite(table, files, expr,
                                        added_rows=sum(s.rows for s in ordered),
@@ -236,6 +239,27 @@ def _settle_repeated_keys(table: Table, staged: Sequence[StagedWrite]) -> list[N
         replaced.extend(f for _, f in runs)
     if replaced:
         discard_staged(table, [StagedWrite(tuple(replaced), 0)])
+    return out
+
+
+def _live_rows_only(table: Table, files: list[NewFile]) -> list[NewFile]:
+    """``files`` (settled runs: one version per key) with their retractions left out, for an
+    overwrite of a table with deletion vectors, whose readers take every row of a file as live
+    (merge-on-read drops them when it merges). A run holding retractions is rewritten without
+    them; the others are kept as written."""
+    out: list[NewFile] = []
+    for file in files:
+        kinds = _read_run(table, file, [KIND_COLUMN]).column(KIND_COLUMN).to_numpy()
+        dropped = is_retraction(kinds)
+        if not dropped.any():
+            out.append(file)
+            continue
+        rows = _read_run(table, file, None).filter(pa.array(~dropped))
+        rows = rows.rename_columns([pk.ROW_KIND if c == KIND_COLUMN else c
+                                    for c in rows.column_names])
+        discard_staged(table, [StagedWrite((file,), 0)])
+        if rows.num_rows:
+            out.extend(sorted_runs.write_runs(table, rows))
     return out
 
 

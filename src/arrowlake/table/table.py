@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 
-from arrowlake.errors import ReadOnlyLake, ValidationError
+from arrowlake.errors import CommitConflict, ReadOnlyLake, ValidationError
 from arrowlake.expressions import Expr, to_arrow, to_expression
 from arrowlake.io.stats import decode_values, stats_table
-from arrowlake.metastore.records import epoch_ms
+from arrowlake.metastore.records import deletion_vectors_on, epoch_ms
 from arrowlake.metastore.store import check_commit_id
 from arrowlake.scan.planning import TableView
 from arrowlake.scan.scan import Scan
@@ -22,6 +22,7 @@ from arrowlake.table import (
     evolution,
     health,
     maintenance,
+    mode_switch,
     pk_options,
     primary_key,
     vector_compaction,
@@ -145,12 +146,20 @@ class Table:
         ``sequence-field``, ``ignore-delete``, ``partial-update.ignore-delete``,
         ``aggregation.remove-record-on-delete``, ``fields.*``) are fixed at creation: the runs
         already written were merged under them. ``buckets`` is not a property (fixed at
-        creation too)."""
+        creation too).
+
+        ``deletion-vectors.enabled`` switches the table's mode where no bucket needs a merge
+        (after ``compact(full=True)``; see :mod:`arrowlake.table.mode_switch`)."""
         given = {k.replace("_", "-") if k.startswith("write_") else k: str(v)
                  for k, v in properties.items()}
         key = self._record.primary_key
+        to_vectors = mode_switch.requested_mode(self, given)
+        if to_vectors is not None:
+            given[pk_options.DELETION_VECTORS_PROPERTY] = "true" if to_vectors else "false"
+        checked: list[int | None] = []  # the snapshot the switch was checked on
 
-        def check(current: dict[str, str]) -> None:
+        def check(current: dict[str, str], snapshot: int | None, last: int
+                  ) -> dict[str, str]:
             # Runs with the table's row locked, against its properties as they are then.
             fixed = sorted(k for k, v in given.items()
                            if pk_options.is_engine_property(k) and current.get(k) != v)
@@ -159,12 +168,34 @@ class Table:
                     f"Properties {fixed} of primary-key table '{self.name}' cannot be changed "
                     "after creation: the runs already written were merged under them. Create "
                     "a new table with the options you want and copy the rows into it")
-            merged = {**current, **given}
+            switch: dict[str, str] = {}
+            if to_vectors is not None and deletion_vectors_on(current) != to_vectors:
+                if checked != [snapshot]:
+                    raise mode_switch.TableMoved(f"Table '{self.name}' changed meanwhile")
+                switch = mode_switch.recorded_switch(current, last, to_vectors)
+            merged = {**current, **given, **switch}
             pk_options.validate_properties(merged, key)
             if "consumer.expiration" in merged:
                 maintenance.parse_duration("consumer.expiration", merged["consumer.expiration"])
+            return switch
 
-        self._metastore.update_properties(self._record.table_id, given, check)
+        for _ in range(mode_switch.ATTEMPTS):
+            self.refresh()
+            checked.clear()
+            if to_vectors is not None and self._record.deletion_vectors != to_vectors:
+                snapshot = self.current_snapshot_id
+                mode_switch.check_switchable(self, snapshot, to_vectors)
+                checked.append(snapshot)
+            try:
+                self._metastore.update_properties(self._record.table_id, given, check)
+                break
+            except mode_switch.TableMoved:
+                continue
+        else:
+            raise CommitConflict(
+                f"Table '{self.name}' kept receiving commits while its mode was being switched "
+                f"({mode_switch.ATTEMPTS} checks); nothing was changed. Try again when writes "
+                "pause")
         self.refresh()
 
     @property
@@ -237,7 +268,8 @@ class Table:
         return self.current_snapshot_id
 
     def _view(self, snapshot_id: int | None, *, current_schema: bool = False) -> TableView:
-        rec = self._record
+        """The table at ``snapshot_id``, in the mode that snapshot was written in."""
+        rec = self._record.as_of(snapshot_id)
         schema = self.schema
         if not current_schema and snapshot_id is not None:
             current = self.current_snapshot_id
@@ -259,13 +291,17 @@ class Table:
         self.refresh()
         snapshot_id = self._resolve_snapshot(snapshot, as_of, tag)
         view = self._view(snapshot_id)
-        return Scan.create(view, filter, columns, limit, self._merge_spec(view.schema))
+        return Scan.create(view, filter, columns, limit,
+                           self._merge_spec(view.schema, view.record))
 
-    def _merge_spec(self, schema: pa.Schema | None = None) -> MergeSpec | None:
+    def _merge_spec(self, schema: pa.Schema | None = None,
+                    record: TableRecord | None = None) -> MergeSpec | None:
         """How versions merge when files are read in ``schema`` (the current one by default);
         None when reads merge nothing: tables without a primary key, and primary-key tables
-        with deletion vectors, whose writes leave one live row per key."""
-        if not self._record.primary_key or self._record.deletion_vectors:
+        with deletion vectors, whose writes leave one live row per key. ``record``: the
+        table as of the snapshot read (its mode then; the current one by default)."""
+        rec = self._record if record is None else record
+        if not rec.primary_key or rec.deletion_vectors:
             return None
         return MergeSpec(tuple(self._record.primary_key), merge_engine(self, schema),
                          sequence_field(self, schema), tuple(self._record.partition_by))

@@ -286,7 +286,7 @@ def _commit(table: Table, view: TableView, base: int, picks: list[_Pick], *,
                 summary=summary, changelog=log,
                 on_rebase=refuse_rebase(base) if logged else None,
                 expect_vectors={f.file_id: f.deletes.since if f.deletes else None
-                                for f in removed})
+                                for f in removed}, deletion_vectors=True)
             try:
                 result = table._metastore.commit(rec.table_id, base, change)
             except StaleVectors:

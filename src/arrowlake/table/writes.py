@@ -97,11 +97,15 @@ def _discard(table: Table, files: Sequence[NewFile]) -> None:
 def commit_files(table: Table, kind: str, base: int | None, add: list[NewFile],
                  remove: Sequence[int] = (), removed_rows: int = 0, *,
                  commit_id: str | None = None, on_rebase: Any = None,
-                 summary: dict[str, Any] | None = None) -> WriteResult:
-    """Commit written files; delete them again if the commit does not happen."""
+                 summary: dict[str, Any] | None = None,
+                 deletion_vectors: bool | None = None) -> WriteResult:
+    """Commit written files; delete them again if the commit does not happen.
+    ``deletion_vectors``: the mode of a primary-key table the files were written for (see
+    :class:`~arrowlake.metastore.records.SnapshotChange`)."""
     change = SnapshotChange(kind=kind, schema_id=table._record.current_schema_id, add=add,
                             remove=remove, removed_rows=removed_rows, commit_id=commit_id,
-                            summary=summary or {}, on_rebase=on_rebase)
+                            summary=summary or {}, on_rebase=on_rebase,
+                            deletion_vectors=deletion_vectors)
     try:
         result = table._metastore.commit(table._record.table_id, base, change)
     except BaseException:
