@@ -512,3 +512,39 @@ def test_positions_stay_right_when_row_groups_are_skipped(tmp_path):
     assert sorted(rows["v"].to_pylist()) == sorted(
         -1 if i in gone else i for i in [*range(160), *range(941, n)])
     lake.close()
+
+
+@pytest.mark.parametrize("options", [{}, {"sequence_field": "s"}], ids=["blind", "looked-up"])
+def test_a_write_others_keep_overtaking_holds_the_table_and_lands(tmp_path, monkeypatch,
+                                                                  options):
+    """Another writer commits to the same bucket right before each of this write's commits:
+    after a few lookups made stale that way, the write plans and commits holding the table."""
+    from arrowlake.table import merge_on_write
+
+    lake = al.connect(tmp_path / "lake")
+    t = _dv_table(lake, **options)
+    t.upsert({"id": [1, 2], "p": ["a", "a"], "v": [1, 2], "s": [0, 0]})
+    other = al.connect(tmp_path / "lake").table("s.u")
+    real_commit, real_hold = lake.metastore.commit, lake.metastore.commit_holding
+    races, held = [], []
+
+    def commit(table_id, base, change):
+        if change.kind == "upsert":
+            races.append(base)
+            other.upsert({"id": [1, 2], "p": ["b", "b"], "v": [len(races)] * 2,
+                          "s": [len(races)] * 2})
+        return real_commit(table_id, base, change)
+
+    def hold(table_id, prepare):
+        held.append(table_id)
+        return real_hold(table_id, prepare)
+
+    monkeypatch.setattr(lake.metastore, "commit", commit)
+    monkeypatch.setattr(lake.metastore, "commit_holding", hold)
+    result = t.upsert({"id": [1, 2], "p": ["c", "c"], "v": [10, 20], "s": [9, 9]})
+    monkeypatch.undo()
+    assert result.snapshot_id is not None
+    assert len(races) == merge_on_write.FREE_ATTEMPTS and len(held) == 1
+    assert _state(t) == [{"id": 1, "p": "c", "v": 10, "s": 9}, {"id": 2, "p": "c", "v": 20, "s": 9}]
+    assert not _keys_live_twice(t, ["id"])
+    lake.close()

@@ -8,7 +8,7 @@ import json
 import random
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import pyarrow as pa
 import sqlalchemy as sa
@@ -78,14 +78,50 @@ class Commits(Database):
         read-only database :class:`ReadOnlyLake`; neither is retried.
         """
         check_commit_id(change.commit_id)
+        result = self._committing(table_id, lambda conn, token, retrying: self._commit_once(
+            conn, table_id, base_snapshot_id, change, token, retrying))
+        assert result is not None
+        return result
+
+    def commit_holding(self, table_id: int,
+                       prepare: Callable[[int | None], SnapshotChange | None]
+                       ) -> CommitResult | None:
+        """Commit the change ``prepare`` plans on the table's current snapshot (given to it),
+        holding the table meanwhile: its row is locked (SQLite: the write lock), so no other
+        commit lands between the plan and the commit. For a writer that others keep
+        overtaking: it waits for its turn instead of planning again after each of theirs.
+        ``prepare`` reads through the metastore's other connections (which see the current
+        state, since nothing else commits) and may be called again when the database asks for
+        a retry. None when it finds nothing to commit."""
+
+        def once(conn: Connection, token: str, retrying: bool) -> tuple[int, bool] | None:
+            row = conn.execute(sa.select(t.tables.c.current_snapshot_id).where(
+                t.tables.c.table_id == table_id).with_for_update()).first()
+            if row is None:
+                raise self._dropped(table_id)
+            current = None if row[0] is None else int(row[0])
+            change = prepare(current)
+            if change is None:
+                return None
+            check_commit_id(change.commit_id)
+            return self._commit_once(conn, table_id, current, change, token, retrying)
+
+        return self._committing(table_id, once)
+
+    def _committing(self, table_id: int,
+                    once: Callable[[Connection, str, bool], tuple[int, bool] | None]
+                    ) -> CommitResult | None:
+        """Run ``once`` (one commit attempt in a write transaction) until it lands or fails for
+        good: lost races and transient database errors are retried with backoff."""
         token = uuid.uuid4().hex
         attempts = 0
         while True:
             attempts += 1
             try:
                 with self._write() as conn:
-                    result = self._commit_once(conn, table_id, base_snapshot_id, change, token,
-                                               attempts > 1)
+                    result = once(conn, token, attempts > 1)
+                    if result is None:
+                        return None
                     if self.dialect == "postgresql" and not result[1]:
                         # Delivered at COMMIT, to streams in every process (signals.listen).
                         conn.execute(sa.select(sa.func.pg_notify(signals.CHANNEL,

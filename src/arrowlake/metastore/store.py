@@ -180,6 +180,12 @@ class Metastore(Commits, Streams, MaintenanceRecords):
         with self._read() as conn:
             return [(r[0], f"{r[1]}.{r[2]}", r[3]) for r in conn.execute(query)]
 
+    @property
+    def can_hold(self) -> bool:
+        """Whether :meth:`commit_holding` can read through other connections while it holds
+        the table (not an in-memory SQLite database, which has one connection)."""
+        return not (self.dialect == "sqlite" and self.database_file() is None)
+
     def database_file(self) -> str | None:
         """The SQLite database file of this metastore (None for a server database)."""
         if self.engine.dialect.name != "sqlite":

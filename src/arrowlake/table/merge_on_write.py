@@ -68,6 +68,10 @@ if TYPE_CHECKING:
 
 #: How often a write looks its keys up again after other commits changed its buckets.
 ATTEMPTS = 50
+#: Attempts planned without holding the table; later ones hold it from the lookup to the
+#: commit (:meth:`~arrowlake.metastore.store.Metastore.commit_holding`), so a writer that
+#: others keep overtaking waits for its turn instead of failing.
+FREE_ATTEMPTS = 3
 
 _Group = tuple[tuple[pa.Scalar, ...], int, pa.Table]
 _T = TypeVar("_T")
@@ -119,66 +123,91 @@ def commit_on_write(table: Table, rows: pa.Table, kind: str, *, commit_id: str |
     files: list[NewFile] = []
     graves: list[NewFile] = []
     written = _Written([])
-    try:
-        for attempt in range(ATTEMPTS):
-            view = table._view(base, current_schema=True)
+    plan = _Plan()
+    vectors: list[NewVector] = []
+    puffin_path: str | None = None
 
-            def plan_now(view: TableView = view) -> _Plan:
-                return _plan(table, view, incoming, engine, seq_field)
+    def prepare(base: int | None) -> SnapshotChange | None:
+        """One attempt on snapshot ``base``: look the keys up, write what depends on them,
+        and return the change to commit (None when it changes nothing)."""
+        nonlocal files, graves, written, plan, vectors, puffin_path
+        view = table._view(base, current_schema=True)
 
-            if blind:
-                if attempt == 0:
-                    # The lookup runs while the write pool compresses the new rows.
-                    written, planned = _write(table, additions, during=plan_now)
-                    files = written.files
-                    assert planned is not None
-                    plan = planned
-                else:
-                    plan = plan_now()
-                plan.groups = additions
+        def plan_now(view: TableView = view) -> _Plan:
+            return _plan(table, view, incoming, engine, seq_field)
+
+        _forget(table, puffin_path)
+        puffin_path = None
+        if blind:
+            if not files and not written.files:
+                # The lookup runs while the write pool compresses the new rows.
+                written, planned = _write(table, additions, during=plan_now)
+                files = written.files
+                assert planned is not None
+                plan = planned
             else:
                 plan = plan_now()
-                _discard(table, [*files, *graves])
-                files, graves = [], []
-                written, _ = _write(table, plan.groups)
-                files = written.files
-                tombstones, _ = _write(table, plan.tombstones)
-                graves = [replace(f, content="tombstone") for f in tombstones.files]
-            vectors, puffin_path = _vectors(table, plan)
-            if not files and not vectors and not graves and not changelog:
-                return WriteResult(None, kind)
-            new_positions = sum(v.new_positions for v in vectors)
-            change = SnapshotChange(
-                kind=kind, schema_id=table._record.current_schema_id, add=files,
-                vectors=vectors, tombstones=graves, removed_rows=new_positions,
-                commit_id=commit_id, changelog=changelog,
-                summary={**(summary or {}), "replaced_rows": plan.replaced},
-                on_rebase=_rebase_check(table, base, incoming, on_rebase),
-                deletion_vectors=True)
+            plan.groups = additions
+        else:
+            plan = plan_now()
+            _discard(table, [*files, *graves])
+            files, graves = [], []
+            written, _ = _write(table, plan.groups)
+            files = written.files
+            tombstones, _ = _write(table, plan.tombstones)
+            graves = [replace(f, content="tombstone") for f in tombstones.files]
+        vectors, puffin_path = _vectors(table, plan)
+        if not files and not vectors and not graves and not changelog:
+            return None
+        return SnapshotChange(
+            kind=kind, schema_id=table._record.current_schema_id, add=files,
+            vectors=vectors, tombstones=graves,
+            removed_rows=sum(v.new_positions for v in vectors),
+            commit_id=commit_id, changelog=changelog,
+            summary={**(summary or {}), "replaced_rows": plan.replaced},
+            on_rebase=_rebase_check(table, base, incoming, on_rebase),
+            deletion_vectors=True)
+
+    try:
+        result = None
+        for attempt in range(ATTEMPTS):
             try:
-                result = table._metastore.commit(table._record.table_id, base, change)
+                if attempt < FREE_ATTEMPTS or not table._metastore.can_hold:
+                    change = prepare(base)
+                    if change is None:
+                        return WriteResult(None, kind)
+                    result = table._metastore.commit(table._record.table_id, base, change)
+                else:
+                    # Others keep landing first: plan and commit holding the table.
+                    result = table._metastore.commit_holding(table._record.table_id, prepare)
+                    if result is None:
+                        return WriteResult(None, kind)
             except StaleVectors:
                 _forget(table, puffin_path)
+                puffin_path = None
                 table.refresh()
                 base = table.current_snapshot_id
                 continue
             except BaseException:
                 _forget(table, puffin_path)
                 raise
-            if result.duplicate:
-                _discard(table, [*files, *graves, *changelog])
-                _forget(table, puffin_path)
-            else:
-                _advance_indexes(table, plan, written, vectors)
-            return WriteResult(result.snapshot_id, kind, len(files), 0, plan.rows,
-                               new_positions, result.attempts, result.duplicate,
-                               replaced=plan.replaced,
-                               buckets=tuple(sorted({b for _, b, _ in incoming})),
-                               added_bytes=sum(f.file_size for f in files))
-        raise CommitConflict(
-            f"A {kind} of table '{table.name}' looked its keys up {ATTEMPTS} times and each "
-            "time other commits changed the buckets it writes before it could commit; the "
-            "table is unchanged by it. Retry later")
+            break
+        if result is None:
+            raise CommitConflict(
+                f"A {kind} of table '{table.name}' looked its keys up {ATTEMPTS} times and each "
+                "time other commits changed the buckets it writes before it could commit; the "
+                "table is unchanged by it. Retry later")
+        if result.duplicate:
+            _discard(table, [*files, *graves, *changelog])
+            _forget(table, puffin_path)
+        else:
+            _advance_indexes(table, plan, written, vectors)
+        new_positions = sum(v.new_positions for v in vectors)
+        return WriteResult(result.snapshot_id, kind, len(files), 0, plan.rows,
+                           new_positions, result.attempts, result.duplicate,
+                           replaced=plan.replaced,
+                           buckets=tuple(sorted({b for _, b, _ in incoming})),
+                           added_bytes=sum(f.file_size for f in files))
     except BaseException:
         _discard(table, [*files, *graves, *changelog])
         raise
