@@ -133,6 +133,25 @@ def test_change_stages_committed_as_an_overwrite_leave_only_live_rows(sqlite_lak
     assert stored_paths(t) == committed  # the runs rewritten without retractions are gone
 
 
+@pytest.mark.parametrize("vectors", [False, True], ids=["merge-on-read", "deletion-vectors"])
+def test_deletes_of_an_overwrite_with_a_sequence_field_hide_older_versions(sqlite_lake,
+                                                                         vectors):
+    """With a sequence field a delete must keep hiding versions written later with an older
+    sequence value: merge-on-read keeps the retraction as a row, deletion vectors as a
+    tombstone, also when change rows replace the table."""
+    schema = pa.schema([("id", pa.int64()), ("v", pa.string()), ("s", pa.int64())])
+    t = sqlite_lake.create_table("s.q", schema, primary_key=["id"], buckets=2,
+                                 sequence_field="s", deletion_vectors=vectors)
+    target = write_target(t)
+    batch = stage(target, {"id": [1, 2, 3], "v": ["a", "b", "c"], "s": [5, 5, 5],
+                           "op": ["+I", "-D", "-D"]}, "changes", order=0)
+    commit_staged(t, [batch], "overwrite")
+    assert t.to_arrow().to_pydict() == {"id": [1], "v": ["a"], "s": [5]}
+    t.upsert({"id": [2, 3], "v": ["late", "new"], "s": [4, 6]})  # 2 older than its delete
+    assert t.to_arrow().sort_by("id").to_pydict() == {"id": [1, 3], "v": ["a", "new"],
+                                                      "s": [5, 6]}
+
+
 def test_a_failed_commit_deletes_every_staged_file(sqlite_lake, monkeypatch):
     t = sqlite_lake.create_table("s.t", SCHEMA)
     t.append({"id": [0], "v": ["x"]})

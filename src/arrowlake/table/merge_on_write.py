@@ -213,6 +213,16 @@ def commit_on_write(table: Table, rows: pa.Table, kind: str, *, commit_id: str |
         raise
 
 
+def write_tombstones(table: Table, rows: pa.Table) -> list[NewFile]:
+    """Tombstone files (content ``tombstone``, never scanned) of ``rows``: retractions (table
+    schema + ``_row_kind``) whose key and sequence value keep versions arriving later with an
+    older sequence value deleted, as a write's own deletes leave them."""
+    groups = [(values, bucket, run.select(table.schema.names))
+              for values, bucket, run in run_groups(table, rows)]
+    written, _ = _write(table, groups)
+    return [replace(f, content="tombstone") for f in written.files]
+
+
 def _rebase_check(table: Table, base: int | None, incoming: Sequence[_Group],
                   own: Callable[[pa.Table], None] | None) -> Callable[[pa.Table], None]:
     """The commit's check when others landed since ``base``: the write's own (a delete's or
@@ -503,4 +513,4 @@ def _forget(table: Table, relative: str | None) -> None:
         _discard(table, [NewFile(relative, 0, 0, 0)])
 
 
-__all__ = ["commit_on_write"]
+__all__ = ["commit_on_write", "write_tombstones"]

@@ -388,9 +388,12 @@ def _replaced_tombstones(table: Table, view: TableView, expr: Any) -> list[int]:
 
 
 def commit_overwrite(table: Table, files: list[NewFile], expr: Any, *, added_rows: int,
-                     commit_id: str | None = None) -> WriteResult:
+                     commit_id: str | None = None,
+                     tombstones: Sequence[NewFile] = ()) -> WriteResult:
     """Commit runs already written while removing the files of the partitions ``expr`` selects
-    (every file when it is always true); the runs are deleted if the commit does not happen."""
+    (every file when it is always true); the runs are deleted if the commit does not happen.
+    ``tombstones``: tombstone files of the overwrite's deletes (deletion vectors with a
+    sequence field), committed with it."""
     rec = table._record
     try:
         for attempt in range(5):
@@ -402,7 +405,7 @@ def commit_overwrite(table: Table, files: list[NewFile], expr: Any, *, added_row
                 old = old.filter(fully_matching(view, old, expr))
             remove = old.column("file_id").to_pylist()
             graves = _replaced_tombstones(table, view, expr) if rec.deletion_vectors else []
-            if not files and not remove and not graves:
+            if not files and not remove and not graves and not tombstones:
                 return WriteResult(None, "overwrite")
             removed_rows = int(pa.compute.sum(old.column("row_count")).as_py() or 0)
             if rec.deletion_vectors and remove:
@@ -411,7 +414,7 @@ def commit_overwrite(table: Table, files: list[NewFile], expr: Any, *, added_row
                     rec.table_id, base, remove).values())
             change = SnapshotChange(
                 kind="overwrite", schema_id=rec.current_schema_id, add=files, remove=remove,
-                remove_tombstones=graves,
+                tombstones=list(tombstones), remove_tombstones=graves,
                 removed_rows=removed_rows, deletion_vectors=rec.deletion_vectors,
                 commit_id=commit_id, on_rebase=_conflict_on_new_matches(table, expr))
             try:
@@ -424,6 +427,6 @@ def commit_overwrite(table: Table, files: list[NewFile], expr: Any, *, added_row
                                added_rows, change.removed_rows,
                                result.attempts, result.duplicate)
     except BaseException:
-        _discard(table, files)
+        _discard(table, [*files, *tombstones])
         raise
     raise AssertionError("unreachable")

@@ -38,6 +38,8 @@ from arrowlake.merge.versions import is_retraction
 from arrowlake.metastore.store import NewFile, TableRecord
 from arrowlake.table import changelog, sorted_runs
 from arrowlake.table import primary_key as pk
+from arrowlake.table.merge_on_write import write_tombstones
+from arrowlake.table.pk_options import sequence_field
 from arrowlake.table.writes import (
     WriteResult,
     commit_files,
@@ -178,12 +180,13 @@ def commit_staged(table: Table, staged: Sequence[StagedWrite], mode: WriteMode =
         if rec.deletion_vectors and mode != "overwrite":
             return _commit_on_write(table, ordered, mode, commit_id)
         files = _settle_repeated_keys(table, ordered)
+        graves: list[NewFile] = []
         if rec.deletion_vectors:  # an overwrite (other modes returned above)
-            files = _live_rows_only(table, files)
+            files, graves = _live_rows_only(table, files)
         if mode == "overwrite":
             return pk.commit_overwrite(table, files, expr,
                                        added_rows=sum(s.rows for s in ordered),
-                                       commit_id=commit_id)
+                                       commit_id=commit_id, tombstones=graves)
         kind = "changes" if mode == "changes" else "upsert"
         if not files:
             return WriteResult(None, kind)
@@ -242,25 +245,33 @@ def _settle_repeated_keys(table: Table, staged: Sequence[StagedWrite]) -> list[N
     return out
 
 
-def _live_rows_only(table: Table, files: list[NewFile]) -> list[NewFile]:
+def _live_rows_only(table: Table, files: list[NewFile]) -> tuple[list[NewFile], list[NewFile]]:
     """``files`` (settled runs: one version per key) with their retractions left out, for an
     overwrite of a table with deletion vectors, whose readers take every row of a file as live
-    (merge-on-read drops them when it merges). A run holding retractions is rewritten without
-    them; the others are kept as written."""
+    (merge-on-read drops them when it merges), and the tombstone files of those retractions
+    when the table has a sequence field (a version written later with an older sequence value
+    must stay deleted, as merge-on-read's retraction rows keep it). A run holding retractions
+    is rewritten without them; the others are kept as written."""
     out: list[NewFile] = []
+    retractions: list[pa.Table] = []
+    keep_graves = sequence_field(table) is not None
     for file in files:
         kinds = _read_run(table, file, [KIND_COLUMN]).column(KIND_COLUMN).to_numpy()
         dropped = is_retraction(kinds)
         if not dropped.any():
             out.append(file)
             continue
-        rows = _read_run(table, file, None).filter(pa.array(~dropped))
+        rows = _read_run(table, file, None)
         rows = rows.rename_columns([pk.ROW_KIND if c == KIND_COLUMN else c
                                     for c in rows.column_names])
+        if keep_graves:
+            retractions.append(rows.filter(pa.array(dropped)))
+        rows = rows.filter(pa.array(~dropped))
         discard_staged(table, [StagedWrite((file,), 0)])
         if rows.num_rows:
             out.extend(sorted_runs.write_runs(table, rows))
-    return out
+    graves = write_tombstones(table, pa.concat_tables(retractions)) if retractions else []
+    return out, graves
 
 
 def _read_run(table: Table, file: NewFile, columns: list[str] | None) -> pa.Table:
