@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 import arrowlake as al
 from arrowlake.errors import DataFileError, ValidationError
 from arrowlake.table import vector_compaction
+from tests.conftest import METASTORES, make_lake
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("p", pa.string()),
                     ("v", pa.int64()), ("s", pa.int64())])
@@ -514,17 +515,20 @@ def test_positions_stay_right_when_row_groups_are_skipped(tmp_path):
     lake.close()
 
 
+@pytest.mark.parametrize("kind", METASTORES)
 @pytest.mark.parametrize("options", [{}, {"sequence_field": "s"}], ids=["blind", "looked-up"])
 def test_a_write_others_keep_overtaking_holds_the_table_and_lands(tmp_path, monkeypatch,
-                                                                  options):
+                                                                  request, options, kind):
     """Another writer commits to the same bucket right before each of this write's commits:
     after a few lookups made stale that way, the write plans and commits holding the table."""
     from arrowlake.table import merge_on_write
 
-    lake = al.connect(tmp_path / "lake")
+    lake = make_lake(kind, tmp_path, request)
     t = _dv_table(lake, **options)
     t.upsert({"id": [1, 2], "p": ["a", "a"], "v": [1, 2], "s": [0, 0]})
-    other = al.connect(tmp_path / "lake").table("s.u")
+    second = al.connect(tmp_path / "lake") if kind == "sqlite" else \
+        al.connect(lake.metastore.url, warehouse=str(tmp_path / "warehouse"))
+    other = second.table("s.u")
     real_commit, real_hold = lake.metastore.commit, lake.metastore.commit_holding
     races, held = [], []
 
@@ -547,4 +551,5 @@ def test_a_write_others_keep_overtaking_holds_the_table_and_lands(tmp_path, monk
     assert len(races) == merge_on_write.FREE_ATTEMPTS and len(held) == 1
     assert _state(t) == [{"id": 1, "p": "c", "v": 10, "s": 9}, {"id": 2, "p": "c", "v": 20, "s": 9}]
     assert not _keys_live_twice(t, ["id"])
+    second.close()
     lake.close()
