@@ -35,7 +35,7 @@ from arrowlake.merge import (
 from arrowlake.merge.bucketing import bucket_of
 from arrowlake.merge.runs import row_kinds_from
 from arrowlake.metastore.store import NewFile, SnapshotChange
-from arrowlake.scan.planning import fully_matching, plan_files
+from arrowlake.scan.planning import TableView, fully_matching, plan_files
 from arrowlake.scan.scan import Scan
 from arrowlake.table import changelog, lookup_changelog
 from arrowlake.table.compaction import compact_if_needed, compaction_options
@@ -61,7 +61,6 @@ from arrowlake.table.writes import (
 )
 
 if TYPE_CHECKING:
-    from arrowlake.scan.planning import TableView
     from arrowlake.table.table import Table
 
 _log = logging.getLogger(__name__)
