@@ -104,6 +104,7 @@ def test_literals_are_normalized():
     assert lit(np.int64(3)).value == 3 and type(lit(np.int64(3)).value) is int
     assert lit(pa.scalar(2.5)).value == 2.5
     assert lit(lit(1)).value == 1
+    assert col("x").isin([lit(1), np.int64(2), 3]).values == (1, 2, 3)
     with pytest.raises(ValidationError, match="Unsupported literal"):
         lit([1, 2])
     with pytest.raises(ValidationError, match="collection"):

@@ -31,6 +31,7 @@ from typing import Any
 from typing import Literal as TypingLiteral
 
 from arrowlake.errors import FilterSyntaxError, ValidationError
+from arrowlake.expressions.literal_values import require_pandas
 from arrowlake.expressions.tree import (
     SWAPPED_OP,
     AlwaysFalse,
@@ -47,7 +48,6 @@ from arrowlake.expressions.tree import (
     Not,
     Or,
     StartsWith,
-    require_pandas,
 )
 
 TokenKind = TypingLiteral["name", "quoted", "string", "hex", "number", "op", "punct", "end"]
