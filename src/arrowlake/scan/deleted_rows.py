@@ -2,11 +2,14 @@
 
 Positions are row numbers within a file, so rows inside a row group are not filtered while
 a file with a vector is read (a filter would shift the positions): row groups are still
-skipped by their statistics against the filter, the ones kept are read in one threaded read
-(they come back in file order, each starting at the position its footer gives), and the
-deleted positions (a boolean mask over the rows read, numpy over the vector's sorted
-positions) and the filter are applied in one pass, with the same dataset expression a plain
-read pushes down, so both give the same rows; then the projection.
+skipped by their statistics against the filter, and the ones kept are read in one call
+(local files through Parquet's reader with the footer already parsed; on object stores
+through the dataset read, which coalesces the requests), each starting at the position its
+footer gives. The deleted positions become a boolean column over the rows read (numpy over
+the vector's sorted positions), and the alive mask and the filter are applied in one pass
+(:func:`select_live`), with the same dataset expression a plain read pushes down, so both
+give the same rows; then the projection. A whole-table read applies that pass once to the
+rows of many files (a filter pass per small file costs more than the filtering itself).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 
 from arrowlake.errors import DataFileError
 from arrowlake.io.deletion_vectors import VectorRef, keep_mask
@@ -69,6 +73,65 @@ def row_group_starts(fragment: ds.ParquetFileFragment) -> np.ndarray:
     return np.concatenate(([0], np.cumsum(counts, dtype=np.int64)))
 
 
+def read_live(storage: Storage, path: str, deletes: VectorRef,
+              fragment: ds.ParquetFileFragment, file_schema: pa.Schema,
+              read_columns: Sequence[str], filter: pc.Expression | None) -> pa.Table | None:
+    """The rows of one file's row groups that ``filter`` may match (by their statistics), in
+    file order, with the columns ``read_columns`` (typed as in ``file_schema``) and a last
+    column, :data:`ALIVE`, true for the rows its vector does not delete; None when no row
+    group may match. :func:`select_live` takes it (or several of them concatenated) on."""
+    deleted = deletes.positions(storage, path)
+    starts = row_group_starts(fragment)
+    groups = len(starts) - 1
+    if filter is not None and groups > 1:
+        kept = [piece.row_groups[0].id
+                for piece in fragment.split_by_row_group(filter, schema=file_schema)]
+        if not kept:
+            return None
+    else:
+        # One row group: planning kept the file by its statistics already, and reading it
+        # costs less than asking the footer's again (the filter drops its rows either way).
+        kept = list(range(groups))
+    names = list(dict.fromkeys(read_columns))
+    types = pa.schema([file_schema.field(n) for n in names])
+    if storage.high_latency:
+        # The dataset read fetches the column chunks of the kept row groups in a few
+        # coalesced requests.
+        subset = fragment if len(kept) == groups else fragment.subset(row_group_ids=kept)
+        rows = subset.to_table(columns=names, schema=file_schema, use_threads=True)
+    else:
+        # A local file: Parquet's own reader with the footer already parsed, without the
+        # dataset machinery (a scan plan per file costs as much as decoding a small one).
+        with fragment.filesystem.open_input_file(fragment.path) as source:
+            rows = pq.ParquetFile(source, metadata=fragment.metadata).read_row_groups(
+                kept, columns=names, use_threads=False)
+        if rows.schema != types:
+            rows = rows.cast(types)
+    chosen = np.asarray(kept, dtype=np.int64)
+    lengths = starts[chosen + 1] - starts[chosen]
+    if int(lengths.sum()) != rows.num_rows:
+        raise DataFileError(f"{path} holds {rows.num_rows} rows in the row groups read, "
+                            f"its footer says {int(lengths.sum())}")
+    mask = _kept_rows(deleted, starts, chosen, lengths)
+    alive = pa.array(np.ones(rows.num_rows, dtype=bool) if mask is None else mask)
+    return rows.append_column(ALIVE, alive)
+
+
+def select_live(rows: pa.Table, columns: list[str] | dict[str, pc.Expression],
+                filter: pc.Expression | None) -> pa.Table:
+    """The rows of :func:`read_live` tables (one, or several of one schema concatenated)
+    that are alive and match ``filter``, projected to ``columns``: the same filter and
+    projection, in the files' own column names, that a plain read pushes down, so both give
+    the same rows."""
+    if filter is not None and isinstance(columns, list):
+        # The deleted rows and the filter's in one pass, then the projection.
+        return rows.filter(filter & ds.field(ALIVE)).select(columns)
+    rows = rows.filter(rows[ALIVE]).drop_columns([ALIVE])
+    if filter is None and isinstance(columns, list) and columns == rows.column_names:
+        return rows
+    return ds.dataset(rows).to_table(columns=columns, filter=filter)
+
+
 def live_batches(storage: Storage, path: str, deletes: VectorRef,
                  fragment: ds.ParquetFileFragment,
                  file_schema: pa.Schema, read_columns: Sequence[str],
@@ -77,52 +140,17 @@ def live_batches(storage: Storage, path: str, deletes: VectorRef,
     """The rows of one file that its vector does not delete, filtered by ``filter`` and
     projected to ``columns`` (both in the file's own column names, as a plain read takes
     them)."""
-    deleted = deletes.positions(storage, path)
-    starts = row_group_starts(fragment)
-    if filter is not None:
-        kept = [piece.row_groups[0].id
-                for piece in fragment.split_by_row_group(filter, schema=file_schema)]
-        if not kept:
-            return
-        if len(kept) < len(starts) - 1:
-            fragment = fragment.subset(row_group_ids=kept)
-    else:
-        kept = list(range(len(starts) - 1))
-    names = list(dict.fromkeys(read_columns))
-    # One threaded read of the row groups kept, which come back in file order.
-    rows = fragment.to_table(columns=names, schema=file_schema, use_threads=True)
-    groups = np.asarray(kept, dtype=np.int64)
-    lengths = starts[groups + 1] - starts[groups]
-    if int(lengths.sum()) != rows.num_rows:
-        raise DataFileError(f"{path} holds {rows.num_rows} rows in the row groups read, "
-                            f"its footer says {int(lengths.sum())}")
-    mask = _kept_rows(deleted, starts, groups, lengths)
-    if filter is not None and isinstance(columns, list):
-        # The deleted rows and the filter's in one pass over the rows read (the alive mask
-        # as a column), then the projection.
-        if mask is not None:
-            rows = rows.append_column(_ALIVE, pa.array(mask))
-            filter = filter & ds.field(_ALIVE)
-        rows = rows.filter(filter).select(columns)
-        if rows.num_rows:
-            yield from rows.to_batches(max_chunksize=batch_size)
+    rows = read_live(storage, path, deletes, fragment, file_schema, read_columns, filter)
+    if rows is None:
         return
-    if mask is not None:
-        rows = rows.filter(pa.array(mask))
-    if rows.num_rows == 0:
-        return
-    if filter is None and isinstance(columns, list) and columns == names:
+    rows = select_live(rows, columns, filter)
+    if rows.num_rows:
         yield from rows.to_batches(max_chunksize=batch_size)
-        return
-    # The same projection and filter a plain read pushes into the file, applied to the rows
-    # left.
-    yield from ds.dataset(rows).to_batches(columns=columns, filter=filter,
-                                           batch_size=batch_size, use_threads=True)
 
 
 #: The column that carries the alive mask through a filter (no file column is named so:
 #: arrowlake's own columns do not start with two underscores).
-_ALIVE = "__arrowlake_alive"
+ALIVE = "__arrowlake_alive"
 
 
 def _kept_rows(deleted: np.ndarray, starts: np.ndarray, groups: np.ndarray,

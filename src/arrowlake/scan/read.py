@@ -11,22 +11,19 @@ Splits of primary-key tables hold whole buckets: each bucket's runs are read her
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import inspect
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import chain, pairwise
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
-from arrowlake.errors import ArrowlakeError, DataFileError, StorageError, ValidationError
+from arrowlake.errors import ArrowlakeError, ValidationError
 from arrowlake.expressions import (
     AlwaysTrue,
     Expr,
@@ -40,7 +37,7 @@ from arrowlake.expressions.binding import value_type
 from arrowlake.expressions.tree import And, Comparison, Literal, Or
 from arrowlake.io.prefetch import FileRef, prefetched_windows
 from arrowlake.io.stats import decode_values
-from arrowlake.io.storage import Storage, data_file_damage
+from arrowlake.io.storage import Storage
 from arrowlake.merge.read import (
     Bucket,
     MergeSpec,
@@ -51,7 +48,8 @@ from arrowlake.merge.read import (
     split_residual,
 )
 from arrowlake.merge.runs import KIND_COLUMN, KIND_FIELD
-from arrowlake.scan.deleted_rows import live_batches, read_ahead
+from arrowlake.scan.deleted_rows import live_batches, read_ahead, read_live, select_live
+from arrowlake.scan.read_errors import checked as _checked
 from arrowlake.schema import field_id
 
 if TYPE_CHECKING:
@@ -98,77 +96,6 @@ class _GroupRead:
                                          filter=self.filter, schema=self.file_schema):
             yield ds.FileSystemDataset(window.fragments, self.file_schema, _FORMAT,
                                        window.filesystem)
-
-
-_CHECKED = "_arrowlake_files_checked"
-
-
-@contextlib.contextmanager
-def _reading(split: Split) -> Iterator[None]:
-    """Reading the split's files: a failure caused by a damaged data file (missing, truncated,
-    overwritten, not decodable) becomes a :class:`DataFileError` naming the table and the file;
-    any other failure stays as it is."""
-    try:
-        yield
-    except DataFileError:
-        raise
-    except (OSError, pa.ArrowInvalid) as exc:
-        if getattr(exc, _CHECKED, False):
-            raise  # a nested read (a merge's runs) checked its files already
-        found = _damaged_file(split, exc)
-        if found is None:
-            with contextlib.suppress(AttributeError):
-                setattr(exc, _CHECKED, True)
-            raise
-        task, damage = found
-        table = f"Table '{split.table}'" if split.table else "The table"
-        raise DataFileError(
-            f"{table} cannot be read: its data file {task.path} {damage}. Restore the file "
-            "(from a backup or replica), or read a snapshot from before the file was added "
-            "(table.snapshots(), table.scan(snapshot=...)); writes that must read the file "
-            "(deletes, compaction) fail the same way until then") from exc
-
-
-def _damaged_file(split: Split, exc: BaseException) -> tuple[FileTask, str] | None:
-    """The file of the split that caused ``exc`` and what is wrong with it, if a file did."""
-    storage = split.storage
-    message = str(exc)
-    named = [f for f in split.files
-             if f.path in message or storage.fs_path(f.path) in message]
-    try:
-        # The file the error names first, then cheap checks (exists, size, trailer) of all,
-        # then, as decoding failures name no file, a full read of each in turn.
-        for read_all in (False, True):
-            for task in [*named, *split.files] if read_all else (named or split.files):
-                damage = data_file_damage(storage, task.path, task.file_size,
-                                          read_all=read_all)
-                if damage is not None:
-                    return task, damage
-    except StorageError:
-        return None  # the storage itself fails: the original error says how
-    return None
-
-
-_F = TypeVar("_F", bound=Callable[..., Any])
-
-
-def _checked(read: _F) -> _F:
-    """``read(split, ...)`` (a function or a generator) raising :class:`DataFileError` for a
-    damaged file of the split."""
-    if inspect.isgeneratorfunction(read):
-        @functools.wraps(read)
-        def generator(split: Split, *args: Any, **kwargs: Any) -> Any:
-            with _reading(split):
-                yield from read(split, *args, **kwargs)
-
-        return generator  # type: ignore[return-value]
-
-    @functools.wraps(read)
-    def function(split: Split, *args: Any, **kwargs: Any) -> Any:
-        with _reading(split):
-            return read(split, *args, **kwargs)
-
-    return function  # type: ignore[return-value]
 
 
 #: A read of files smaller than this in all runs on the calling thread.
@@ -530,6 +457,38 @@ def _masked(split: Split, group: _GroupRead) -> Iterator[tuple[FileTask, pa.Reco
             yield task, batch
 
 
+#: The rows of files with deleted rows that a whole-table read filters in one pass.
+_SELECT_ROWS = 1 << 20
+
+
+def _masked_tables(split: Split, group: _GroupRead) -> Iterator[pa.Table]:
+    """The live rows of the group's files that have a deletion vector, as :func:`_masked`
+    gives them but not tagged by file: the rows of several files are filtered and projected
+    together, up to :data:`_SELECT_ROWS` at a time."""
+    if not group.masked:
+        return
+    fs = split.storage.filesystem()
+
+    def read(task: FileTask) -> pa.Table | None:
+        assert task.deletes is not None
+        return read_live(split.storage, task.path, task.deletes,
+                         _fragment(split.storage, fs, task), group.file_schema,
+                         group.read_columns, group.filter)
+
+    pending: list[pa.Table] = []
+    rows = 0
+    for _, table in read_ahead(group.masked, read):
+        if table is None:
+            continue
+        pending.append(table)
+        rows += table.num_rows
+        if rows >= _SELECT_ROWS:
+            yield select_live(pa.concat_tables(pending), group.columns, group.filter)
+            pending, rows = [], 0
+    if pending:
+        yield select_live(pa.concat_tables(pending), group.columns, group.filter)
+
+
 @_checked
 def read_tagged(split: Split) -> Iterator[tuple[FileTask, pa.RecordBatch]]:
     """The rows of a split without merging, each batch with the file it came from.
@@ -585,7 +544,8 @@ def read_split_table(split: Split) -> pa.Table:
                 table = table.select(list(split.columns))
             tables.append(table.cast(out_schema) if table.schema != out_schema else table)
         masked = [_finish(batch, group, split, extra, out_schema)
-                  for _, batch in _masked(split, group)]
+                  for table in _masked_tables(split, group)
+                  for batch in table.to_batches()]
         if masked:
             tables.append(pa.Table.from_batches(masked, schema=out_schema))
     if not tables:
@@ -609,9 +569,9 @@ def count_split(split: Split) -> int:
             else:
                 table = dataset.to_table(columns=group.columns, filter=group.filter)
                 total += table.filter(group.residual).num_rows
-        for _, batch in _masked(split, group):
-            total += batch.num_rows if group.residual is None \
-                else batch.filter(group.residual).num_rows
+        for table in _masked_tables(split, group):
+            total += table.num_rows if group.residual is None \
+                else table.filter(group.residual).num_rows
     return total
 
 

@@ -38,6 +38,7 @@ from arrowlake.io.stats import decode_values
 from arrowlake.io.writer import write_started
 from arrowlake.merge.versions import sortable_key
 from arrowlake.metastore.records import NewFile, SnapshotChange, StaleVectors
+from arrowlake.scan.deleted_rows import read_ahead
 from arrowlake.scan.planning import TableView, file_tasks, file_vectors, make_splits
 from arrowlake.scan.read import read_split_table
 from arrowlake.scan.split import FileTask
@@ -167,11 +168,15 @@ def _read_pick(table: Table, view: TableView, pick: _Pick) -> _Output:
     """The live rows of a pick's files, sorted by key, with the file and position each row
     comes from (so that rows deleted while the compaction runs can be found in its output)."""
     schema = table.schema
-    parts, origins = [], []
-    for number, task in enumerate(pick.files):
+
+    def read(task: FileTask) -> pa.Table:
         split = make_splits(view, [task], columns=schema.names, expr=AlwaysTrue(),
                             target_bytes=1 << 62)[0]
-        part = read_split_table(split)
+        return read_split_table(split)
+
+    parts, origins = [], []
+    # The files are read a few at once (decoding releases the GIL), in order.
+    for number, (task, part) in enumerate(read_ahead(pick.files, read)):
         kept = np.arange(task.row_count, dtype=np.int64)
         if task.deletes is not None and task.deletes.cardinality:
             alive = np.ones(task.row_count, dtype=bool)
@@ -184,13 +189,17 @@ def _read_pick(table: Table, view: TableView, pick: _Pick) -> _Output:
         parts.append(part)
         origins.append((np.int64(number) << _POSITION_BITS) | kept)
     rows = pa.concat_tables(parts)
+    origin = np.concatenate(origins)
     key = list(table._record.primary_key)
     image = sortable_key(rows, key)
     if image is not None:
+        if len(image) < 2 or bool(np.all(image[1:] > image[:-1])):
+            # One file's rows (a file past the rewrite threshold), in key order already.
+            return _Output(pick, rows, origin)
         order = np.argsort(image, kind="stable")
     else:
         order = pc.sort_indices(rows.select(key), [(k, "ascending") for k in key]).to_numpy()
-    return _Output(pick, rows.take(pa.array(order)), np.concatenate(origins)[order])
+    return _Output(pick, rows.take(pa.array(order)), origin[order])
 
 
 def _write_output(table: Table, out: _Output) -> None:
