@@ -31,6 +31,7 @@ and then reads
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -375,6 +376,9 @@ def _drop_deleted(spark: SparkSession, df: DataFrame, deletes: DeletedRows) -> D
 
     With every method a row of a file whose size is not a listed one fails the read (the file
     changed after its vector was written, and its positions would be another file's)."""
+    if deletes.method == "bitmap" and not is_connect(spark) \
+            and "_metadata" not in {c.lower() for c in df.columns}:
+        return _bitmap_where(spark, df, deletes)
     meta = df.metadataColumn("_metadata")  # reachable even if a column is named _metadata
     row, size = meta.getField("row_index"), meta.getField("file_size")
     if deletes.method == "bitmap":
@@ -406,42 +410,96 @@ def _changed_file(deletes: DeletedRows) -> str:
             "metadata does not list: it changed after it was written")
 
 
+@dataclass(frozen=True)
+class _Bitmap:
+    """The lookup tables of the ``bitmap`` method: a file's slot is ``pmod(file_size,
+    modulus)``; ``size[slot]`` is the size of the file in it (-1: none), ``offset[slot]`` the
+    number of its first row; bit ``i`` of ``words[j]`` is set when row ``64 * j + i`` (rows
+    numbered file after file) is deleted."""
+
+    modulus: int
+    size: np.ndarray
+    offset: np.ndarray
+    words: np.ndarray
+
+    @classmethod
+    def of(cls, deletes: DeletedRows) -> _Bitmap:
+        modulus = _residues(deletes)
+        assert modulus is not None
+        counts = np.array([f.rows for f in deletes.files], dtype=np.int64)
+        offsets = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
+        sizes = np.array([f.size for f in deletes.files], dtype=np.int64)
+        slot_size = np.full(modulus, -1, dtype=np.int64)
+        slot_offset = np.zeros(modulus, dtype=np.int64)
+        slot_size[sizes % modulus] = sizes
+        slot_offset[sizes % modulus] = offsets
+        # Built from the sorted positions in memory of the size of the bitmap.
+        numbers = np.concatenate([positions + offset for offset, positions
+                                  in zip(offsets, deletes.positions(), strict=True)]
+                                 ).view(np.uint64)
+        bitmap = np.zeros(int(counts.sum()) // 64 + 1, dtype=np.uint64)
+        in_word = numbers >> np.uint64(6)
+        starts = np.flatnonzero(np.concatenate(([True], in_word[1:] != in_word[:-1])))
+        bitmap[in_word[starts]] = np.bitwise_or.reduceat(
+            np.left_shift(np.uint64(1), numbers & np.uint64(63)), starts)
+        return cls(modulus, slot_size, slot_offset, bitmap.view(np.int64))
+
+    def tables(self, spark: SparkSession) -> DataFrame:
+        """One row, one column ``t``: a struct of the three arrays."""
+        arrays = {name: pa.ListArray.from_arrays(pa.array([0, values.size], pa.int32()),
+                                                 pa.array(values))
+                  for name, values in (("size", self.size), ("offset", self.offset),
+                                       ("words", self.words))}
+        return spark.createDataFrame(pa.table(arrays)).select(
+            F.struct(*[F.col(c) for c in arrays]).alias("t"))
+
+
 def _bitmap_keeps(spark: SparkSession, deletes: DeletedRows, row: SparkColumn,
                   size: SparkColumn) -> SparkColumn:
     """True for the rows the group's vectors do not delete (the ``bitmap`` method)."""
-    modulus = _residues(deletes)
-    assert modulus is not None
-    counts = np.array([f.rows for f in deletes.files], dtype=np.int64)
-    offsets = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
-    sizes = np.array([f.size for f in deletes.files], dtype=np.int64)
-    slot_size = np.full(modulus, -1, dtype=np.int64)
-    slot_offset = np.zeros(modulus, dtype=np.int64)
-    slot_size[sizes % modulus] = sizes
-    slot_offset[sizes % modulus] = offsets
-    # The bitmap: bit i of word j set when row 64 * j + i is deleted (rows numbered file after
-    # file), built from the sorted positions in memory of the size of the bitmap.
-    numbers = np.concatenate([positions + offset for offset, positions
-                              in zip(offsets, deletes.positions(), strict=True)]).view(np.uint64)
-    bitmap = np.zeros(int(counts.sum()) // 64 + 1, dtype=np.uint64)
-    in_word = numbers >> np.uint64(6)
-    starts = np.flatnonzero(np.concatenate(([True], in_word[1:] != in_word[:-1])))
-    bitmap[in_word[starts]] = np.bitwise_or.reduceat(
-        np.left_shift(np.uint64(1), numbers & np.uint64(63)), starts)
-    words = bitmap.view(np.int64)
-    arrays = {name: pa.ListArray.from_arrays(pa.array([0, values.size], pa.int32()),
-                                             pa.array(values))
-              for name, values in (("size", slot_size), ("offset", slot_offset),
-                                   ("words", words))}
+    bitmap = _Bitmap.of(deletes)
     # One scalar subquery (a struct of the three arrays): one more Spark job when the query
     # runs, and one JVM round trip to build it, instead of three.
-    tables = spark.createDataFrame(pa.table(arrays)).select(
-        F.struct(*[F.col(c) for c in arrays]).alias("t")).scalar()
-    by_slot, offset_of, word_of = (tables.getField(c) for c in arrays)
-    slot = F.pmod(size, F.lit(modulus)).cast("int")
+    tables = bitmap.tables(spark).scalar()
+    by_slot, offset_of, word_of = (tables.getField(c) for c in ("size", "offset", "words"))
+    slot = F.pmod(size, F.lit(bitmap.modulus)).cast("int")
     index = F.when(F.get(by_slot, slot) == size, F.get(offset_of, slot)).otherwise(
         F.raise_error(F.lit(_changed_file(deletes))).cast("long")) + row
     word = F.get(word_of, F.shiftright(index, 6).cast("int"))
     return F.bit_get(word, F.pmod(index, F.lit(64)).cast("int")) == 0
+
+
+#: Temporary views of bitmap tables get this prefix and a number.
+_VIEW_PREFIX = "_arrowlake_bitmap_"
+_views = itertools.count()
+
+
+def _bitmap_where(spark: SparkSession, df: DataFrame, deletes: DeletedRows) -> DataFrame:
+    """``df`` without the rows the group's vectors delete, as :func:`_bitmap_keeps` drops
+    them, built with a handful of JVM round trips instead of a few dozen (each Column call of
+    a classic session is one, and they were a quarter of a read of 4M rows): the tables are a
+    temporary view that one SQL condition reads by scalar subquery. A classic session
+    analyzes the condition when the DataFrame is made, so the view is dropped right after;
+    a Connect session (which resolves views when the query runs) uses
+    :func:`_bitmap_keeps`."""
+    bitmap = _Bitmap.of(deletes)
+    view = f"{_VIEW_PREFIX}{next(_views)}"
+    bitmap.tables(spark).createOrReplaceTempView(view)
+    try:
+        slot = f"CAST(pmod(_metadata.file_size, {bitmap.modulus}) AS INT)"
+        tables = f"(SELECT t FROM {view})"
+        index = (f"(CASE WHEN {tables}.size[{slot}] = _metadata.file_size "
+                 f"THEN {tables}.offset[{slot}] "
+                 f"ELSE CAST(raise_error({_sql_string(_changed_file(deletes))}) AS BIGINT) END"
+                 " + _metadata.row_index)")
+        return df.where(f"bit_get({tables}.words[CAST(shiftright({index}, 6) AS INT)], "
+                        f"CAST(pmod({index}, 64) AS INT)) = 0")
+    finally:
+        spark.catalog.dropTempView(view)
+
+
+def _sql_string(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def _parquet_frame(spark: SparkSession, group: ParquetGroup, plan: FastReadPlan) -> DataFrame:
@@ -454,20 +512,42 @@ def _parquet_frame(spark: SparkSession, group: ParquetGroup, plan: FastReadPlan)
                     group.paths)
     if group.deletes is not None:
         df = _drop_deleted(spark, df, group.deletes)
-    columns = []
-    for name in needed:
-        typ = spark_type(plan.table_schema.field(name).type)
-        old = sources[name]
-        if old is None:
-            columns.append(F.lit(None).cast(typ).alias(name))
-        else:
-            columns.append(F.col(_quote(old.name)).cast(typ).alias(name))
-    df = df.select(*columns)
+    df = _project(df, plan.table_schema, sources)
     if isinstance(plan.filter, AlwaysTrue) and needed == list(plan.schema.names):
         return df  # (each DataFrame call is a round trip to the JVM that analyzes the plan)
     if not isinstance(plan.filter, AlwaysTrue):
         df = df.where(spark_filter(plan.filter))
     return df.select(*[_quote(c) for c in plan.schema.names])
+
+
+def _project(df: DataFrame, table_schema: pa.Schema, sources: Mapping[str, pa.Field | None]
+             ) -> DataFrame:
+    """The read columns of ``df`` as the table's ``sources`` columns: renamed, cast to the
+    current type, or null where the files predate them. One ``selectExpr`` of SQL text where
+    the types have a SQL name (a Column is several JVM round trips in a classic session), a
+    ``select`` of Columns for nested types."""
+    items: list[str] = []
+    for name, old in sources.items():
+        typ = spark_type(table_schema.field(name).type)
+        if isinstance(typ, (st.StructType, st.ArrayType, st.MapType)):
+            break
+        if old is None:
+            items.append(f"CAST(NULL AS {typ.simpleString()}) AS {_quote(name)}")
+        elif spark_type(old.type) != typ:
+            items.append(f"CAST({_quote(old.name)} AS {typ.simpleString()}) AS {_quote(name)}")
+        else:
+            items.append(_quote(old.name) if old.name == name
+                         else f"{_quote(old.name)} AS {_quote(name)}")
+    else:
+        return df.selectExpr(*items)
+    columns = []
+    for name, old in sources.items():
+        typ = spark_type(table_schema.field(name).type)
+        if old is None:
+            columns.append(F.lit(None).cast(typ).alias(name))
+        else:
+            columns.append(F.col(_quote(old.name)).cast(typ).alias(name))
+    return df.select(*columns)
 
 
 #: The session setting past which Spark lists a read's paths with a job of its own.
