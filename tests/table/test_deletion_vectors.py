@@ -45,6 +45,8 @@ op = st.one_of(
     st.tuples(st.just("compact"), st.booleans()),
     st.tuples(st.just("merge"), st.lists(row, min_size=1, max_size=6)),
     st.tuples(st.just("evolve"), st.just(None)),
+    # Live rows written back as they are: no change for a deduplicating table.
+    st.tuples(st.just("again"), st.lists(st.integers(0, 12), min_size=1, max_size=4)),
 )
 
 
@@ -70,6 +72,11 @@ def _apply(table: al.Table, operation) -> None:
         (table.merge(pa.table(_rows(unique)), on=on)
          .when_matched_update(set={"v": "source.v"}, where="source.s >= target.s")
          .when_not_matched_insert().execute())
+    elif name == "again":
+        live = table.to_arrow()
+        live = live.filter(pa.compute.is_in(live["id"], pa.array(arg, pa.int64())))
+        if live.num_rows:
+            table.upsert(live)
     elif name == "evolve":
         if "w" not in table.schema.names:
             table.add_column("w", pa.string())
@@ -147,7 +154,7 @@ def _changes(stream: al.Stream, *, commit: bool = False) -> list[tuple[str, Coun
     return out
 
 
-@pytest.mark.parametrize("producer", ["input", "full-compaction"])
+@pytest.mark.parametrize("producer", ["input", "full-compaction", "lookup"])
 @settings(max_examples=25, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(engine=st.sampled_from(list(ENGINES)), ops=st.lists(op, min_size=1, max_size=6),
@@ -185,7 +192,10 @@ def test_input_and_full_compaction_producers_stream_as_on_merge_on_read(
             changes = _changes(stream)
         assert consumed == changes
         with table.stream(start="earliest", catch_up_threshold=1, **opened) as stream:
-            caught_up = _changes(stream)
+            # A write that changes nothing commits no snapshot on a deletion-vector table
+            # (merge-on-read writes a run), so catch-up may start in one mode only: the
+            # rows it delivers, not how they are cut into changes, must agree.
+            caught_up = sum((rows for _, rows in _changes(stream)), Counter())
         read[mode] = changes, caught_up
         if producer == "full-compaction":
             # The history ends with a full compaction: its changes rebuild the table.

@@ -5,7 +5,7 @@ deletion vectors of the files holding their old versions. Its change is therefor
 without any changelog file: the rows at the positions it newly deleted are what it retracted,
 the rows of the files it added are what it added. Pairing them by key gives ``-U``/``+U`` for
 a replaced key (each ``-U`` directly before its ``+U``), ``-D`` for a deleted one and ``+I`` for
-a new one.
+a new one; a key written again with all its values unchanged gives nothing.
 
 An overwrite of partitions removes files instead: their live rows (as of the snapshot
 before) are retracted the same way.
@@ -30,6 +30,7 @@ from arrowlake.io.storage import Storage
 from arrowlake.merge import RowKind
 from arrowlake.scan.split import FileTask, Split
 from arrowlake.streaming.splits import KIND_NAMES, ROW_KIND_FIELD, no_columns
+from arrowlake.table.changelog_files import same_rows
 from arrowlake.table.key_lookup import match_keys, rows_at
 
 
@@ -76,6 +77,11 @@ class VectorChangeSplit:
         replaced_before[at_before] = True
         replaced_after = np.zeros(after.num_rows, dtype=bool)
         replaced_after[at_after] = True
+        # A key written again with every value as it was is no change (as the lookup
+        # producer of merge-on-read tables and the net change of catch-up have it).
+        same = same_rows(before.take(pa.array(at_before)),
+                         after.take(pa.array(at_after)).cast(before.schema))
+        at_after, at_before = at_after[~same], at_before[~same]
         deleted = np.flatnonzero(~replaced_before)
         inserted = np.flatnonzero(~replaced_after)
         # -D rows, then each -U directly before its +U, then +I rows.

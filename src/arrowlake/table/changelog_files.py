@@ -150,13 +150,14 @@ def pair_keys(left: pa.Table, right: pa.Table, key: Sequence[str]) -> tuple[np.n
 
 
 def same_rows(before: pa.Table, after: pa.Table) -> np.ndarray:
-    """Per aligned row pair: whether every value is equal (nulls equal nulls)."""
+    """Per aligned row pair: whether every value is equal (nulls equal nulls). Columns Arrow
+    cannot compare count as changed, so such rows are rewritten or streamed, never lost."""
     same = np.ones(before.num_rows, dtype=bool)
     for name in before.column_names:
         x, y = before.column(name), after.column(name)
         try:
             eq = pc.equal(x, y)
-        except (pa.ArrowNotImplementedError, pa.ArrowInvalid):
+        except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
             same &= False  # no comparison kernel (nested types): count it as changed
             continue
         if x.null_count or y.null_count:

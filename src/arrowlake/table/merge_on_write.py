@@ -37,7 +37,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from arrowlake.errors import CommitConflict
 from arrowlake.io import deletion_vectors as dv
@@ -50,6 +49,7 @@ from arrowlake.metastore.records import NewFile, NewVector, SnapshotChange, Stal
 from arrowlake.scan.planning import TableView, file_tasks
 from arrowlake.scan.split import FileTask
 from arrowlake.table import key_index
+from arrowlake.table.changelog_files import same_rows
 from arrowlake.table.key_lookup import (
     Matches,
     Written,
@@ -396,7 +396,7 @@ def _merge_with_live(plan: _Plan, values: tuple[pa.Scalar, ...], bucket: int, ru
     at_merged, at_live = match_keys(merged, live, lookup_key)
     changed = np.ones(merged.num_rows, dtype=bool)
     if len(at_merged):
-        same = _unchanged(live.take(pa.array(at_live)), merged.take(pa.array(at_merged)))
+        same = same_rows(live.take(pa.array(at_live)), merged.take(pa.array(at_merged)))
         changed[at_merged[same]] = False
     gone = np.ones(live.num_rows, dtype=bool)  # live rows replaced or deleted
     gone[at_live[~changed[at_merged]]] = False
@@ -404,22 +404,6 @@ def _merge_with_live(plan: _Plan, values: tuple[pa.Scalar, ...], bucket: int, ru
         plan.groups.append((values, bucket, merged.filter(pa.array(changed))))
     _delete_found(plan, found, candidates, gone)
     plan.replaced += int(changed[at_merged].sum())
-
-
-def _unchanged(before: pa.Table, after: pa.Table) -> np.ndarray:
-    """Per row: every column equal (nulls equal nulls); columns Arrow cannot compare count as
-    changed, so such rows are rewritten, never lost."""
-    same = np.ones(before.num_rows, dtype=bool)
-    for name in before.column_names:
-        a, b = before.column(name), after.column(name)
-        try:
-            eq = pc.equal(a, b)
-        except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
-            return np.zeros(before.num_rows, dtype=bool)
-        both_null = pc.and_(pc.is_null(a), pc.is_null(b))
-        eq = pc.fill_null(pc.or_kleene(eq, both_null), False)
-        same &= eq.to_numpy(zero_copy_only=False)
-    return same
 
 
 def _write(table: Table, groups: Sequence[_Group], during: Callable[[], _T] | None = None
