@@ -74,6 +74,10 @@ class Metastore(Commits, Streams, MaintenanceRecords):
         self.snapshot_cache = SnapshotCache()
         super().__init__(url, commit_retries=commit_retries)
 
+    def close(self) -> None:
+        self.snapshot_cache.clear()
+        super().close()
+
     # -- namespaces ----------------------------------------------------------------------------
 
     def create_namespace(self, name: str, *, exist_ok: bool = True,
