@@ -53,7 +53,7 @@ from typing import Any
 
 #: Default bounds: file (or vector) rows held in all entries, their bytes, and entries.
 MAX_ROWS = 1_000_000
-MAX_BYTES = 512 * 1024 * 1024
+MAX_BYTES = 256 * 1024 * 1024
 MAX_ENTRIES = 256
 
 _CACHES: weakref.WeakSet[SnapshotCache] = weakref.WeakSet()
