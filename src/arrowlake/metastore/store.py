@@ -12,10 +12,12 @@ files and expiry. The records it exchanges are in :mod:`~arrowlake.metastore.rec
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
@@ -49,7 +51,14 @@ from arrowlake.metastore.records import (
     now_ms,
     rows_to_table,
 )
+from arrowlake.metastore.snapshot_cache import SnapshotCache
 from arrowlake.metastore.streams import Streams
+
+#: The snapshot row's id leads the rows of the queries that fill the snapshot cache.
+_FOUND_FILE_SCHEMA = pa.schema([("_snapshot", pa.int64()), *FILE_SCHEMA])
+#: A vector lookup by file ids fetches the snapshot's every vector instead (and keeps them)
+#: when it has at most this many live data files, or the ids are a quarter of them or more.
+_WHOLE_VECTORS_FILES = 4096
 
 
 class Metastore(Commits, Streams, MaintenanceRecords):
@@ -58,6 +67,16 @@ class Metastore(Commits, Streams, MaintenanceRecords):
     An SQLite database file this process may not write is opened read-only: reads work, every
     write raises :class:`ReadOnlyLake` at once.
     """
+
+    def __init__(self, url: str, *, commit_retries: int = 100) -> None:
+        #: What committed snapshots read (live files, live vectors), kept for later plans:
+        #: see :mod:`~arrowlake.metastore.snapshot_cache` for why entries never go stale.
+        self.snapshot_cache = SnapshotCache()
+        super().__init__(url, commit_retries=commit_retries)
+
+    def close(self) -> None:
+        self.snapshot_cache.clear()
+        super().close()
 
     # -- namespaces ----------------------------------------------------------------------------
 
@@ -204,6 +223,7 @@ class Metastore(Commits, Streams, MaintenanceRecords):
         # Ids are never reused, so no other table can hit these entries; free them anyway.
         for key in [k for k in self._schema_cache if k[0] == table_id]:
             self._schema_cache.pop(key, None)
+        self.snapshot_cache.discard(table_id)
 
     def rename_table(self, table_id: int, namespace: str, name: str) -> None:
         check_name("table", name)
@@ -419,24 +439,79 @@ class Metastore(Commits, Streams, MaintenanceRecords):
     def live_files(self, table_id: int, snapshot_id: int | None,
                    partition_ids: Sequence[int] | None = None,
                    buckets: Sequence[int] | None = None, content: str = "data") -> pa.Table:
-        """The data files of ``snapshot_id`` as an Arrow table (:data:`FILE_SCHEMA`); with
-        ``content="tombstone"`` the tombstone files of merge-on-write tables instead."""
-        if snapshot_id is None:
+        """The data files of ``snapshot_id`` as an Arrow table (:data:`FILE_SCHEMA`, ordered by
+        ``file_id``); with ``content="tombstone"`` the tombstone files of merge-on-write tables
+        instead. ``removed_snapshot`` is null: as of the snapshot, none of them is removed.
+
+        A committed snapshot's files are kept (:attr:`snapshot_cache`) once fetched whole;
+        calls with ``partition_ids`` or ``buckets`` select from them when they are, and ask
+        the database for only those files when they are not."""
+        if snapshot_id is None or (partition_ids is not None and not partition_ids):
             return FILE_SCHEMA.empty_table()
-        c = t.files.c
-        query = sa.select(*[c[n] for n in FILE_COLUMNS]).where(
-            (c.table_id == table_id) & (c.added_snapshot <= snapshot_id)
-            & ((c.removed_snapshot.is_(None)) | (c.removed_snapshot > snapshot_id))
-            & (c.content == content))
+        key = ("files", table_id, snapshot_id, content)
+        files = self.snapshot_cache.get(key)
+        if files is None and partition_ids is None and buckets is None:
+            files = self._fetch_snapshot_files(table_id, snapshot_id, content)
+        if files is None:
+            return self._query_live_files(table_id, snapshot_id, partition_ids, buckets,
+                                          content)
+        mask = None
         if partition_ids is not None:
-            if not partition_ids:
-                return FILE_SCHEMA.empty_table()
+            mask = pc.is_in(files.column("partition_id"),
+                            value_set=pa.array(list(partition_ids), pa.int64()))
+        if buckets is not None:
+            in_buckets = pc.is_in(files.column("bucket"),
+                                  value_set=pa.array(list(buckets), pa.int32()))
+            mask = in_buckets if mask is None else pc.and_(mask, in_buckets)
+        return files if mask is None else files.filter(mask)
+
+    @staticmethod
+    def _live_file_columns() -> list[Any]:
+        c = t.files.c
+        return [sa.null().label(n) if n == "removed_snapshot" else c[n] for n in FILE_COLUMNS]
+
+    @staticmethod
+    def _live_file_rows(table_id: int, snapshot_id: int, content: str) -> Any:
+        c = t.files.c
+        return ((c.table_id == table_id) & (c.added_snapshot <= snapshot_id)
+                & ((c.removed_snapshot.is_(None)) | (c.removed_snapshot > snapshot_id))
+                & (c.content == content))
+
+    def _query_live_files(self, table_id: int, snapshot_id: int,
+                          partition_ids: Sequence[int] | None, buckets: Sequence[int] | None,
+                          content: str) -> pa.Table:
+        c = t.files.c
+        query = sa.select(*self._live_file_columns()).where(
+            self._live_file_rows(table_id, snapshot_id, content))
+        if partition_ids is not None:
             query = query.where(c.partition_id.in_(list(partition_ids)))
         if buckets is not None:
             query = query.where(c.bucket.in_(list(buckets)))
         with self._read() as conn:
             rows = conn.execute(query.order_by(c.file_id)).all()
         return rows_to_table(rows, FILE_SCHEMA)
+
+    def _fetch_snapshot_files(self, table_id: int, snapshot_id: int,
+                              content: str) -> pa.Table | None:
+        """Every live file of the snapshot, kept in the cache; None when the snapshot has no
+        row (not committed, or expired): the rows found then may change, so none are kept.
+        One statement finds the snapshot and its files, so both are of one state."""
+        s, c = t.snapshots.c, t.files.c
+        query = (sa.select(s.snapshot_id, *self._live_file_columns())
+                 .select_from(t.snapshots.outerjoin(
+                     t.files, self._live_file_rows(table_id, snapshot_id, content)))
+                 .where((s.table_id == table_id) & (s.snapshot_id == snapshot_id))
+                 .order_by(c.file_id))
+        with self._read() as conn:
+            rows = conn.execute(query).all()
+        if not rows:
+            return None
+        if rows[0][1] is None:  # the snapshot's row joined to no file
+            rows = []
+        files = rows_to_table(rows, _FOUND_FILE_SCHEMA).drop_columns(["_snapshot"])
+        self.snapshot_cache.put(("files", table_id, snapshot_id, content), files,
+                                files.num_rows, files.nbytes)
+        return files
 
     def all_file_paths(self, table_id: int) -> list[str]:
         """Every file any retained snapshot may read (live or removed but not yet expired):
@@ -468,16 +543,54 @@ class Metastore(Commits, Streams, MaintenanceRecords):
                 (v.table_id == table_id) & (v.added_snapshot == snapshot_id)))]
 
     def live_vectors(self, table_id: int, snapshot_id: int | None,
-                     file_ids: Sequence[int] | None = None) -> dict[int, VectorRecord]:
+                     file_ids: Sequence[int] | None = None) -> Mapping[int, VectorRecord]:
         """The deletion vectors of ``snapshot_id`` by data file id (of ``file_ids`` only, when
-        given); files without one are absent."""
+        given); files without one are absent. Read-only: a committed snapshot's vectors are
+        kept (:attr:`snapshot_cache`) and shared by later calls."""
         if snapshot_id is None:
             return {}
+        key = ("vectors", table_id, snapshot_id)
+        found: Mapping[int, VectorRecord] | None = self.snapshot_cache.get(key)
+        if found is None and self._fetch_whole_vectors(table_id, snapshot_id, file_ids):
+            found = self._fetch_snapshot_vectors(table_id, snapshot_id)
+        if found is None:
+            return self._query_live_vectors(table_id, snapshot_id, file_ids)
+        if file_ids is None:
+            return found
+        return {fid: v for fid in file_ids if (v := found.get(fid)) is not None}
+
+    def _fetch_whole_vectors(self, table_id: int, snapshot_id: int,
+                             file_ids: Sequence[int] | None) -> bool:
+        """Whether to fetch (and keep) every vector of the snapshot for a lookup of
+        ``file_ids``: when the ids are not much fewer than the snapshot's live files."""
+        if file_ids is None:
+            return True
+        files = self.snapshot_cache.get(("files", table_id, snapshot_id, "data"))
+        return files is not None and (files.num_rows <= _WHOLE_VECTORS_FILES
+                                      or 4 * len(file_ids) >= files.num_rows)
+
+    @staticmethod
+    def _vector_columns() -> list[Any]:
         v = t.vectors.c
-        query = sa.select(v.file_id, v.added_snapshot, v.cardinality, v.blob, v.puffin_path,
-                          v.blob_offset, v.blob_length).where(
-            (v.table_id == table_id) & (v.added_snapshot <= snapshot_id)
-            & (v.removed_snapshot.is_(None) | (v.removed_snapshot > snapshot_id)))
+        return [v.file_id, v.added_snapshot, v.cardinality, v.blob, v.puffin_path,
+                v.blob_offset, v.blob_length]
+
+    @staticmethod
+    def _live_vector_rows(table_id: int, snapshot_id: int) -> Any:
+        v = t.vectors.c
+        return ((v.table_id == table_id) & (v.added_snapshot <= snapshot_id)
+                & (v.removed_snapshot.is_(None) | (v.removed_snapshot > snapshot_id)))
+
+    @staticmethod
+    def _vector_record(r: Any) -> VectorRecord:
+        return VectorRecord(int(r[0]), int(r[1]), int(r[2]),
+                            None if r[3] is None else bytes(r[3]), r[4], r[5], r[6])
+
+    def _query_live_vectors(self, table_id: int, snapshot_id: int,
+                            file_ids: Sequence[int] | None) -> dict[int, VectorRecord]:
+        v = t.vectors.c
+        query = sa.select(*self._vector_columns()).where(
+            self._live_vector_rows(table_id, snapshot_id))
         out: dict[int, VectorRecord] = {}
         with self._read() as conn:
             if file_ids is None:
@@ -488,10 +601,30 @@ class Metastore(Commits, Streams, MaintenanceRecords):
             for chunk in chunks:
                 q = query if chunk is None else query.where(v.file_id.in_(list(chunk)))
                 for r in conn.execute(q):
-                    out[int(r[0])] = VectorRecord(
-                        int(r[0]), int(r[1]), int(r[2]), None if r[3] is None else bytes(r[3]),
-                        r[4], r[5], r[6])
+                    out[int(r[0])] = self._vector_record(r)
         return out
+
+    def _fetch_snapshot_vectors(self, table_id: int, snapshot_id: int
+                                ) -> Mapping[int, VectorRecord] | None:
+        """Every live vector of the snapshot, kept in the cache (read-only); None when the
+        snapshot has no row (see :meth:`_fetch_snapshot_files`)."""
+        s = t.snapshots.c
+        query = (sa.select(s.snapshot_id, *self._vector_columns())
+                 .select_from(t.snapshots.outerjoin(
+                     t.vectors, self._live_vector_rows(table_id, snapshot_id)))
+                 .where((s.table_id == table_id) & (s.snapshot_id == snapshot_id)))
+        with self._read() as conn:
+            rows = conn.execute(query).all()
+        if not rows:
+            return None
+        records = {} if rows[0][1] is None else {
+            int(r[1]): self._vector_record(r[1:]) for r in rows}
+        nbytes = sum(64 + len(v.blob or b"") + len(v.puffin_path or "")
+                     for v in records.values())
+        found = MappingProxyType(records)
+        self.snapshot_cache.put(("vectors", table_id, snapshot_id), found, len(records),
+                                nbytes)
+        return found
 
     # -- maintenance ---------------------------------------------------------------------------
 
@@ -518,6 +651,8 @@ class Metastore(Commits, Streams, MaintenanceRecords):
             paths = [r[0] for r in conn.execute(sa.select(c.path).where(unread))]
             conn.execute(t.files.delete().where(unread))
             paths += self._expire_vectors(conn, table_id)
+        # Readers of an expired snapshot fail where they resolve it; free what it read.
+        self.snapshot_cache.discard(table_id, expire)
         return paths
 
     @staticmethod

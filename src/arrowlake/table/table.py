@@ -253,7 +253,10 @@ class Table:
             raise ValidationError(f"Table {self.name} has no consumer {consumer!r}")
 
     def _resolve_snapshot(self, snapshot: int | None, as_of: datetime | None,
-                          tag: str | None) -> int | None:
+                          tag: str | None, *, refreshed: bool = False) -> int | None:
+        """The snapshot named by one of ``snapshot``, ``as_of`` and ``tag``, the current one
+        when none is given. ``refreshed``: the record was just reloaded, so its current
+        snapshot is the current one (no query for it)."""
         given = sum(x is not None for x in (snapshot, as_of, tag))
         if given > 1:
             raise ValidationError("Give at most one of snapshot=, as_of= and tag=")
@@ -265,14 +268,18 @@ class Table:
             return self._metastore.snapshot_as_of(table_id, epoch_ms(as_of, "as_of"))
         if tag is not None:
             return self._metastore.tag(table_id, tag)
-        return self.current_snapshot_id
+        return self._record.current_snapshot_id if refreshed else self.current_snapshot_id
 
-    def _view(self, snapshot_id: int | None, *, current_schema: bool = False) -> TableView:
-        """The table at ``snapshot_id``, in the mode that snapshot was written in."""
+    def _view(self, snapshot_id: int | None, *, current_schema: bool = False,
+              refreshed: bool = False) -> TableView:
+        """The table at ``snapshot_id``, in the mode that snapshot was written in (and in its
+        schema unless ``current_schema``, or it is the current snapshot). ``refreshed``: as
+        for :meth:`_resolve_snapshot`."""
         rec = self._record.as_of(snapshot_id)
         schema = self.schema
         if not current_schema and snapshot_id is not None:
-            current = self.current_snapshot_id
+            current = self._record.current_snapshot_id if refreshed \
+                else self.current_snapshot_id
             if snapshot_id != current:
                 schema_id = self._metastore.snapshot(rec.table_id, snapshot_id)["schema_id"]
                 schema = self._metastore.schema(rec.table_id, schema_id)
@@ -288,9 +295,10 @@ class Table:
         ``filter`` is an expression (``al.col("x") > 3``) or a string (``"x > 3 and y in (1,
         2)"``); ``snapshot``, ``as_of`` (a datetime) or ``tag`` travel back in time.
         """
+        # One query reloads the table and, with it, names its current snapshot.
         self.refresh()
-        snapshot_id = self._resolve_snapshot(snapshot, as_of, tag)
-        view = self._view(snapshot_id)
+        snapshot_id = self._resolve_snapshot(snapshot, as_of, tag, refreshed=True)
+        view = self._view(snapshot_id, refreshed=True)
         return Scan.create(view, filter, columns, limit,
                            self._merge_spec(view.schema, view.record))
 
@@ -333,8 +341,8 @@ class Table:
     def files(self, snapshot: int | None = None) -> pa.Table:
         """The live data files with partition values, sizes, row counts and column statistics."""
         self.refresh()
-        snapshot_id = self._resolve_snapshot(snapshot, None, None)
-        view = self._view(snapshot_id)
+        snapshot_id = self._resolve_snapshot(snapshot, None, None, refreshed=True)
+        view = self._view(snapshot_id, refreshed=True)
         files = self._metastore.live_files(self._record.table_id, snapshot_id)
         out = {
             "file_id": files.column("file_id"),
