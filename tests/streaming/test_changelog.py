@@ -379,6 +379,27 @@ def test_full_compaction_streams_start_and_catch_up_at_a_full_compaction(vectors
     lake.close()
 
 
+@pytest.mark.parametrize("vectors", [False, True])
+def test_an_overwrite_of_a_full_compaction_table_streams_in_the_next_full_compaction(
+        vectors, tmp_path):
+    """Streams of a full-compaction table change only at full compactions: an overwrite
+    shows in the next one's change, not at its own snapshot (where it retracted rows the
+    stream had never been given)."""
+    lake = al.connect(tmp_path / "lake")
+    t = lake.create_table("s.t", SCHEMA, primary_key=["k"], buckets=2,
+                          deletion_vectors=vectors, changelog_producer="full-compaction")
+    t.upsert({"k": [1, 2], "v": ["a", "b"]})
+    t.overwrite(pa.table({"k": [2, 3], "v": ["B", "c"]}, schema=SCHEMA))
+    assert changes(t) == []
+    t.compact(full=True)
+    t.overwrite(pa.table({"k": [3, 4], "v": ["c", "d"]}, schema=SCHEMA))
+    t.compact(full=True)
+    assert by_key(changes(t)) == [
+        ("compact", [(2, "B", "+I"), (3, "c", "+I")]),
+        ("compact", [(2, "B", "-D"), (4, "d", "+I")])]
+    lake.close()
+
+
 seq_ops = st.lists(
     st.one_of(
         st.tuples(st.just("upsert"), st.lists(

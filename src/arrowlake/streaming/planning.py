@@ -179,6 +179,11 @@ class ChangePlanner:
             # The table's changelog producer wrote what this snapshot changed (with deletion
             # vectors: ``input`` and ``full-compaction``).
             splits += self.splits(view, changelog, row_kind=None, merged=False)
+        elif self._record.properties.get("changelog-producer") == "full-compaction":
+            # What streams of such a table hold changes only at full compactions (each with
+            # its changelog, the net change since the previous one): a write without one,
+            # an overwrite too, shows in the next.
+            pass
         elif self._record.deletion_vectors:
             is_data = pc.equal(added.column("content"), "data")
             splits += self._vector_changes(snap, view, added.filter(is_data), removed)
