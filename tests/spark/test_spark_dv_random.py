@@ -26,6 +26,8 @@ op = st.one_of(
                                            min_size=1, max_size=10)),
     st.tuples(st.just("delete"), st.integers(0, 60)),
     st.tuples(st.just("compact"), st.booleans()),
+    st.tuples(st.just("delete_where"), st.integers(-3, 3)),
+    st.tuples(st.just("overwrite"), st.lists(row, min_size=0, max_size=10)),
 )
 
 
@@ -40,6 +42,14 @@ def _apply(table: al.Table, operation) -> None:
                                       "op": [k for _, k in arg]}), row_kind="op")
     elif name == "compact":
         table.compact(full=arg)
+    elif name == "delete_where":
+        table.delete(al.col("v") > arg)
+    elif name == "overwrite":
+        where = "p = 'a'" if table.partition_by else None
+        unique = list({r[0]: r for r in arg if where is None or r[1] == "a"}.values())
+        data = pa.table({"id": [r[0] for r in unique], "p": [r[1] for r in unique],
+                         "v": [r[2] for r in unique]}, schema=SCHEMA)
+        table.overwrite(data, filter=where)
     else:
         table.delete(al.col("id") >= arg)
 
