@@ -85,7 +85,10 @@ def frame_rows(df, key: str | None = None) -> list[dict]:
 def _rows(table: pa.Table, key: str | None) -> list[dict]:
     rows = [{k: _comparable(v) for k, v in r.items()} for r in table.to_pylist()]
     sort_key = key or table.column_names[0]
-    return sorted(rows, key=lambda r: repr(r[sort_key]) if r[sort_key] is not None else "")
+    # Rows of equal key (the same id in two partitions) in an order of their own, not the
+    # order the engine happened to give them in.
+    return sorted(rows, key=lambda r: (repr(r[sort_key]) if r[sort_key] is not None else "",
+                                       repr(r)))
 
 
 def _comparable(value):

@@ -106,7 +106,11 @@ class VectorFile:
     path: str  # absolute location, for reading the vector
     size: int  # bytes: Spark's _metadata.file_size
     rows: int
-    vector: VectorRef
+    vector: VectorRef | None  # None: a file of the read with no deleted row
+
+    @property
+    def deleted(self) -> int:
+        return self.vector.cardinality if self.vector is not None else 0
 
 
 @dataclass(frozen=True)
@@ -122,7 +126,12 @@ class DeletedRows:
 
     @property
     def count(self) -> int:
-        return sum(f.vector.cardinality for f in self.files)
+        return sum(f.deleted for f in self.files)
+
+    @property
+    def with_vectors(self) -> int:
+        """The files of the read that have deleted rows."""
+        return sum(f.deleted > 0 for f in self.files)
 
     @property
     def rows(self) -> int:
@@ -135,7 +144,9 @@ class DeletedRows:
 
     def positions(self) -> list[np.ndarray]:
         """Each file's deleted positions (int64), read from the vectors."""
-        return [f.vector.positions(self.storage, f.path).astype(np.int64) for f in self.files]
+        return [np.zeros(0, np.int64) if f.vector is None or not f.deleted
+                else f.vector.positions(self.storage, f.path).astype(np.int64)
+                for f in self.files]
 
     def keys(self) -> np.ndarray:
         """The deleted rows' keys ``file_size * stride + position``."""
@@ -174,7 +185,7 @@ class FastReadPlan:
         src_files = sum(len(s.files) for s in self.source)
         vectors = [g.deletes for g in self.parquet if g.deletes is not None]
         methods = ", ".join(sorted({_METHODS[d.method] for d in vectors}))
-        dropped = (f" ({sum(len(d.files) for d in vectors)} with deletion vectors: "
+        dropped = (f" ({sum(d.with_vectors for d in vectors)} with deletion vectors: "
                    f"{sum(d.count for d in vectors)} deleted rows dropped by position, "
                    f"{methods})" if vectors else "")
         text = (f"{pq_files} files ({sum(g.rows for g in self.parquet)} rows) through Spark's "
@@ -302,16 +313,27 @@ def plan_read(spark: SparkSession | None, lake: Lake | str | None, table: str, *
         rest = [f for f in split.files if f not in taken]
         if rest:
             plan.source.append(replace(split, files=tuple(rest)))
+    # A schema version's files without deleted rows are read with its files that have some
+    # (one Spark read: making it, listing and planning, costs about what scanning a few
+    # million rows does) when that read drops rows by a list or a bitmap, which cost next
+    # to nothing per row; an anti-join would cost their rows a join.
+    for schema_id in sorted({sid for sid, vector in by_schema if vector}):
+        plain = by_schema.get((schema_id, False))
+        if plain is None:
+            continue
+        split, files = by_schema[(schema_id, True)]
+        merged = _deleted_rows(split, [*files, *plain[1]])
+        if merged.count <= LIST_DELETES or _bitmap_fits(merged.rows // 8, merged):
+            files += plain[1]
+            del by_schema[(schema_id, False)]
     bitmap_bytes = 0
     for (schema_id, vector), (split, files) in sorted(by_schema.items()):
         file_schema = split.file_schemas[schema_id]
         for part in _key_groups(files) if vector else [files]:
             paths = tuple(p for f in part if (p := _spark_path(split.storage, f.path, spark)))
             deletes = None
-            if vector:
-                deletes = DeletedRows(split.storage, split.table, tuple(
-                    VectorFile(f.path, f.file_size, f.row_count, f.deletes)
-                    for f in part if f.deletes))
+            if vector and any(_has_deletes(f) for f in part):
+                deletes = _deleted_rows(split, part)
                 if deletes.count <= LIST_DELETES:
                     deletes = replace(deletes, method="list")
                 elif _bitmap_fits(bitmap_bytes + deletes.rows // 8, deletes) \
@@ -324,6 +346,16 @@ def plan_read(spark: SparkSession | None, lake: Lake | str | None, table: str, *
                                              tuple(sorted(options.items()))))
     plan.reasons = sorted(reasons)
     return plan
+
+
+def _has_deletes(task: FileTask) -> bool:
+    return task.deletes is not None and task.deletes.cardinality > 0
+
+
+def _deleted_rows(split: Split, files: Sequence[FileTask]) -> DeletedRows:
+    return DeletedRows(split.storage, split.table, tuple(
+        VectorFile(f.path, f.file_size, f.row_count, f.deletes if _has_deletes(f) else None)
+        for f in files))
 
 
 def _key_groups(files: Sequence[FileTask]) -> list[list[FileTask]]:
