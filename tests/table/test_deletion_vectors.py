@@ -220,6 +220,9 @@ def test_input_and_full_compaction_producers_stream_as_on_merge_on_read(
                 tuple(r[c] for c in COLUMNS) for r in table.to_arrow().to_pylist())
     (dv_changes, dv_caught_up), (mor_changes, mor_caught_up) = read["dv"], read["mor"]
     assert dv_caught_up == mor_caught_up
+    # An overwrite that leaves every row as it was is no change with deletion vectors.
+    mor_changes = [(kind, rows) for kind, rows in mor_changes
+                   if kind != "overwrite" or _net(rows) != (Counter(), Counter())]
     assert [kind for kind, _ in dv_changes] == [kind for kind, _ in mor_changes]
     for (kind, dv_rows), (_, mor_rows) in zip(dv_changes, mor_changes, strict=True):
         if kind == "overwrite":

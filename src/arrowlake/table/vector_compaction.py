@@ -38,7 +38,6 @@ from arrowlake.io.stats import decode_values
 from arrowlake.io.writer import write_started
 from arrowlake.merge.versions import sortable_key
 from arrowlake.metastore.records import NewFile, SnapshotChange, StaleVectors
-from arrowlake.scan.deleted_rows import read_ahead
 from arrowlake.scan.planning import TableView, file_tasks, file_vectors, make_splits
 from arrowlake.scan.read import read_split_table
 from arrowlake.scan.split import FileTask
@@ -175,8 +174,11 @@ def _read_pick(table: Table, view: TableView, pick: _Pick) -> _Output:
         return read_split_table(split)
 
     parts, origins = [], []
-    # The files are read a few at once (decoding releases the GIL), in order.
-    for number, (task, part) in enumerate(read_ahead(pick.files, read)):
+    # One file at a time: reading several at once did not shorten inline compactions
+    # measurably (bench/pk.py long run), and it took CPU from writers when the maintenance
+    # service compacts (their slowest upsert went from 1.6x to 2.4-2.8x their median).
+    for number, task in enumerate(pick.files):
+        part = read(task)
         kept = np.arange(task.row_count, dtype=np.int64)
         if task.deletes is not None and task.deletes.cardinality:
             alive = np.ones(task.row_count, dtype=bool)
