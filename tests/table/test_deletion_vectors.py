@@ -603,6 +603,48 @@ def test_a_write_others_keep_overtaking_holds_the_table_and_lands(tmp_path, monk
     lake.close()
 
 
+@pytest.mark.parametrize("kind", METASTORES)
+def test_a_merge_retried_on_a_newer_snapshot_checks_the_commits_since_its_decision(
+        tmp_path, monkeypatch, request, kind):
+    """A merge decided on snapshot B; a commit to its bucket made its lookups stale, and
+    before it looked them up again another writer deleted a key it had found matched. Its
+    retry plans on the newest snapshot, so its commit sees no commit landing first: the
+    delete must still send it back to decide again (key 1 is inserted, as in the serial
+    order), not commit 'key 1 unchanged' and leave it deleted."""
+    lake = make_lake(kind, tmp_path, request)
+    t = lake.create_table("s.m", SCHEMA, primary_key=["id"], buckets=1, deletion_vectors=True)
+    t.upsert({"id": [1], "p": ["a"], "v": [1], "s": [10]})
+    second = al.connect(tmp_path / "lake") if kind == "sqlite" else \
+        al.connect(lake.metastore.url, warehouse=str(tmp_path / "warehouse"))
+    other = second.table("s.m")
+    real_commit = lake.metastore.commit
+    calls = []
+
+    def commit(table_id, base, change):
+        calls.append(base)
+        if len(calls) == 1:
+            # Lands first in the merge's bucket, without touching its keys: stale lookups.
+            other.upsert({"id": [9], "p": ["x"], "v": [9], "s": [0]})
+            try:
+                return real_commit(table_id, base, change)
+            finally:
+                other.delete("id = 1")  # lands before the merge looks its keys up again
+        return real_commit(table_id, base, change)
+
+    monkeypatch.setattr(lake.metastore, "commit", commit)
+    result = (t.merge(pa.table({"id": [1, 2], "p": ["m", "m"], "v": [5, 6], "s": [5, 5]}),
+                      on="id")
+              .when_matched_update(where="source.s > target.s")
+              .when_not_matched_insert().execute())
+    monkeypatch.undo()
+    assert len(calls) >= 2
+    assert (result.inserted, result.updated) == (2, 0)
+    assert _state(t) == [{"id": 1, "p": "m", "v": 5, "s": 5}, {"id": 2, "p": "m", "v": 6, "s": 5},
+                         {"id": 9, "p": "x", "v": 9, "s": 0}]
+    second.close()
+    lake.close()
+
+
 def test_files_with_deleted_rows_read_every_type_back_exactly(tmp_path):
     """Files with a vector are read through Parquet's reader rather than the dataset scan:
     every type (timezones, times, durations, decimals, lists, dictionary-encoded strings,

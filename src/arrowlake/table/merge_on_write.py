@@ -127,10 +127,18 @@ def commit_on_write(table: Table, rows: pa.Table, kind: str, *, commit_id: str |
     vectors: list[NewVector] = []
     puffin_path: str | None = None
 
+    decided_on = base  # the snapshot the caller decided on (what to delete, insert, update)
+
     def prepare(base: int | None) -> SnapshotChange | None:
         """One attempt on snapshot ``base``: look the keys up, write what depends on them,
         and return the change to commit (None when it changes nothing)."""
         nonlocal files, graves, written, plan, vectors, puffin_path
+        if on_rebase is not None and base is not None and base != decided_on:
+            # A retry plans on a newer snapshot, so the commit checks only what lands after
+            # it: the commits since the caller's decision are checked here (a delete or
+            # merge must not commit a decision a commit in between made stale).
+            _own_check(table, decided_on, on_rebase, table._metastore.files_added_between(
+                None, table._record.table_id, decided_on, base))
         view = table._view(base, current_schema=True)
 
         def plan_now(view: TableView = view) -> _Plan:
@@ -223,23 +231,29 @@ def write_tombstones(table: Table, rows: pa.Table) -> list[NewFile]:
     return [replace(f, content="tombstone") for f in written.files]
 
 
+def _own_check(table: Table, base: int | None, own: Callable[[pa.Table], None],
+               added: pa.Table) -> None:
+    """The write's own check (a delete's or merge's: did the rows it decided on change?)
+    against the commits since ``base`` that added ``added``. In this mode a replaced or
+    deleted row changes its file's vector, not only the files added: files whose vector grew
+    since ``base`` count as new versions of the keys they hold."""
+    marked = table._metastore.files_with_vectors_after(table._record.table_id, base)
+    if marked.num_rows:
+        newest = pa.array(np.full(marked.num_rows, np.iinfo(np.int64).max, np.int64))
+        marked = marked.set_column(marked.schema.get_field_index("seq_max"), "seq_max", newest)
+        added = pa.concat_tables([added, marked.cast(added.schema)])
+    own(added)
+
+
 def _rebase_check(table: Table, base: int | None, incoming: Sequence[_Group],
                   own: Callable[[pa.Table], None] | None) -> Callable[[pa.Table], None]:
-    """The commit's check when others landed since ``base``: the write's own (a delete's or
-    merge's: did the rows it decided on change?), then whether its lookups are stale."""
+    """The commit's check when others landed since ``base``: the write's own (see
+    :func:`_own_check`), then whether its lookups are stale."""
     buckets = {bucket for _, bucket, _ in incoming}
 
     def check(added: pa.Table) -> None:
         if own is not None:
-            # In this mode a replaced or deleted row changes its file's vector, not only the
-            # files added: such files count as new versions of the keys they hold.
-            marked = table._metastore.files_with_vectors_after(table._record.table_id, base)
-            if marked.num_rows:
-                newest = pa.array(np.full(marked.num_rows, np.iinfo(np.int64).max, np.int64))
-                marked = marked.set_column(marked.schema.get_field_index("seq_max"),
-                                           "seq_max", newest)
-                added = pa.concat_tables([added, marked.cast(added.schema)])
-            own(added)
+            _own_check(table, base, own, added)
         hit = [b for b in added.column("bucket").to_pylist() if b in buckets]
         if hit:
             raise StaleVectors(
