@@ -126,7 +126,10 @@ def select_live(rows: pa.Table, columns: list[str] | dict[str, pc.Expression],
     if filter is not None and isinstance(columns, list):
         # The deleted rows and the filter's in one pass, then the projection.
         return rows.filter(filter & ds.field(ALIVE)).select(columns)
-    rows = rows.filter(rows[ALIVE]).drop_columns([ALIVE])
+    alive = rows[ALIVE]
+    # Row groups read may hold no deleted row: then nothing is copied to drop none.
+    rows = rows.drop_columns([ALIVE]) if pc.all(alive).as_py() else \
+        rows.filter(alive).drop_columns([ALIVE])
     if filter is None and isinstance(columns, list) and columns == rows.column_names:
         return rows
     return ds.dataset(rows).to_table(columns=columns, filter=filter)

@@ -11,22 +11,40 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Protocol, TypeVar
 
 import pyarrow as pa
 
 from arrowlake.errors import DataFileError, StorageError
-from arrowlake.io.storage import data_file_damage
+from arrowlake.io.storage import Storage, data_file_damage
 
-if TYPE_CHECKING:
-    from arrowlake.scan.split import FileTask, Split
+
+class _File(Protocol):
+    """What the checks need of a split's file (a :class:`~arrowlake.scan.split.FileTask`)."""
+
+    @property
+    def path(self) -> str: ...
+    @property
+    def file_size(self) -> int: ...
+
+
+class _Split(Protocol):
+    """What the checks need of a split (a :class:`~arrowlake.scan.split.Split`, whose module
+    reads through this one)."""
+
+    @property
+    def table(self) -> str | None: ...
+    @property
+    def storage(self) -> Storage: ...
+    @property
+    def files(self) -> Sequence[_File]: ...
 
 _CHECKED = "_arrowlake_files_checked"
 
 
 @contextlib.contextmanager
-def _reading(split: Split) -> Iterator[None]:
+def _reading(split: _Split) -> Iterator[None]:
     """Reading the split's files: a failure caused by a damaged data file (missing, truncated,
     overwritten, not decodable) becomes a :class:`DataFileError` naming the table and the file;
     any other failure stays as it is."""
@@ -51,7 +69,7 @@ def _reading(split: Split) -> Iterator[None]:
             "(deletes, compaction) fail the same way until then") from exc
 
 
-def _damaged_file(split: Split, exc: BaseException) -> tuple[FileTask, str] | None:
+def _damaged_file(split: _Split, exc: BaseException) -> tuple[_File, str] | None:
     """The file of the split that caused ``exc`` and what is wrong with it, if a file did."""
     storage = split.storage
     message = str(exc)
@@ -79,14 +97,14 @@ def checked(read: _F) -> _F:
     damaged file of the split."""
     if inspect.isgeneratorfunction(read):
         @functools.wraps(read)
-        def generator(split: Split, *args: Any, **kwargs: Any) -> Any:
+        def generator(split: _Split, *args: Any, **kwargs: Any) -> Any:
             with _reading(split):
                 yield from read(split, *args, **kwargs)
 
         return generator  # type: ignore[return-value]
 
     @functools.wraps(read)
-    def function(split: Split, *args: Any, **kwargs: Any) -> Any:
+    def function(split: _Split, *args: Any, **kwargs: Any) -> Any:
         with _reading(split):
             return read(split, *args, **kwargs)
 
