@@ -431,11 +431,9 @@ def test_writes_racing_a_compaction_do_not_void_it(tmp_path, monkeypatch, races)
         t.upsert({"id": keys, "p": ["b"] * len(keys), "v": [round_] * len(keys),
                   "s": [0] * len(keys)})
     other = al.connect(tmp_path / "lake").table("s.u")
-    real = vector_compaction._write_output
     raced = []
 
-    def write_then_race(table, out):
-        real(table, out)
+    def race() -> None:
         if len(raced) < races:
             step = len(raced)
             raced.append(step)
@@ -443,6 +441,19 @@ def test_writes_racing_a_compaction_do_not_void_it(tmp_path, monkeypatch, races)
             other.upsert({"id": keys, "p": ["c"] * 40, "v": [100 + step] * 40, "s": [0] * 40})
             other.delete(f"id = {500 + step}")
 
+    # After the outputs are first written, and after each rewrite a catch-up makes.
+    first, again = vector_compaction._rewrite, vector_compaction._write_output
+
+    def rewrite_then_race(*args):
+        outputs = first(*args)
+        race()
+        return outputs
+
+    def write_then_race(*args):
+        again(*args)
+        race()
+
+    monkeypatch.setattr(vector_compaction, "_rewrite", rewrite_then_race)
     monkeypatch.setattr(vector_compaction, "_write_output", write_then_race)
     done = t.compact(full=True)
     monkeypatch.undo()

@@ -111,16 +111,17 @@ def run_groups(table: Table, rows: pa.Table
 
 def start_group_writers(table: Table,
                         groups: Iterable[tuple[Sequence[pa.Scalar], int, pa.Table]],
-                        schema: pa.Schema, writers: list[DataFileWriter]
+                        schema: pa.Schema, writers: list[DataFileWriter],
+                        dictionary: Sequence[str] | None = None
                         ) -> list[tuple[DataFileWriter, pa.Table]]:
     """Hand each group's rows (sorted by key) to the write pool as one file in its partition's
-    bucket folder, in ``schema`` (with the row-kind column when it has one)."""
+    bucket folder, in ``schema`` (with the row-kind column when it has one). ``dictionary``:
+    the columns to dictionary-encode, chosen on the first group's rows when not given."""
     rec = table._record
     key = list(rec.primary_key)
     target = FileTarget(storage=table._storage, location=rec.location, schema=schema,
                         schema_id=rec.current_schema_id,
                         options=WriteOptions.from_properties(rec.properties, sorted_runs=True))
-    dictionary: list[str] | None = None
     written: list[tuple[DataFileWriter, pa.Table]] = []
     for values, bucket, run in groups:
         run = run.rename_columns([KIND_COLUMN if c == ROW_KIND else c

@@ -23,9 +23,10 @@ at most. A compaction whose inputs another commit removed gives way.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -35,7 +36,7 @@ import pyarrow.compute as pc
 from arrowlake.errors import CommitConflict, DataFileError
 from arrowlake.expressions import AlwaysTrue
 from arrowlake.io.stats import decode_values
-from arrowlake.io.writer import write_started
+from arrowlake.io.writer import DataFileWriter, close_all, dictionary_columns, write_started
 from arrowlake.merge.versions import sortable_key
 from arrowlake.metastore.records import NewFile, SnapshotChange, StaleVectors
 from arrowlake.scan.planning import TableView, file_tasks, file_vectors, make_splits
@@ -174,9 +175,9 @@ def _read_pick(table: Table, view: TableView, pick: _Pick) -> _Output:
         return read_split_table(split)
 
     parts, origins = [], []
-    # One file at a time: reading several at once did not shorten inline compactions
-    # measurably (bench/pk.py long run), and it took CPU from writers when the maintenance
-    # service compacts (their slowest upsert went from 1.6x to 2.4-2.8x their median).
+    # The files of one pick are read one after another: reading them at once did not shorten
+    # inline compactions measurably (bench/pk.py long run), and took CPU from writers when the
+    # maintenance service compacts. Picks are read two at a time (:func:`_rewrite`).
     for number, task in enumerate(pick.files):
         part = read(task)
         kept = np.arange(task.row_count, dtype=np.int64)
@@ -192,7 +193,10 @@ def _read_pick(table: Table, view: TableView, pick: _Pick) -> _Output:
         origins.append((np.int64(number) << _POSITION_BITS) | kept)
     rows = pa.concat_tables(parts)
     origin = np.concatenate(origins)
-    key = list(table._record.primary_key)
+    # A pick's rows share their partition values: the key's other columns order them.
+    partition = set(table._record.partition_by)
+    key = [k for k in table._record.primary_key if k not in partition] \
+        or list(table._record.primary_key)
     image = sortable_key(rows, key)
     if image is not None:
         if len(image) < 2 or bool(np.all(image[1:] > image[:-1])):
@@ -204,20 +208,85 @@ def _read_pick(table: Table, view: TableView, pick: _Pick) -> _Output:
     return _Output(pick, rows.take(pa.array(order)), origin[order])
 
 
-def _write_output(table: Table, out: _Output) -> None:
-    """Write an output's rows as its bucket's new file(s)."""
+def _start_output(table: Table, out: _Output, writers: list[DataFileWriter],
+                  dictionary: Sequence[str] | None) -> tuple[DataFileWriter, pa.Table]:
+    """Hand an output's rows to the write pool as its bucket's new file(s)."""
+    group = (_partition_scalars(table, out.pick.files[0]), out.pick.files[0].bucket or 0,
+             out.rows)
+    return start_group_writers(table, [group], table.schema, writers, dictionary)[0]
+
+
+def _finish_outputs(table: Table, outputs: Sequence[_Output],
+                    started: Sequence[tuple[DataFileWriter, pa.Table]]) -> None:
+    """After the writers of ``outputs`` (``started``, in the same order) closed: give each
+    output its files, which keep the sequence range of the files they replace."""
     rec = table._record
-    schema = table.schema
-    pick = out.pick
-    group = (_partition_scalars(table, pick.files[0]), pick.files[0].bucket or 0, out.rows)
-    files, started = write_started(partial(start_group_writers, table, [group], schema))
     # The next write in this process finds the new files' keys without reading them.
-    remember_written(table._storage, rec.location, started, schema,
+    remember_written(table._storage, rec.location, started, table.schema,
                      lookup_columns(rec.primary_key, rec.partition_by))
-    # The output keeps the sequence range of the files it replaces.
-    low = min(f.seq_min or 0 for f in pick.files)
-    high = max(f.seq_max or 0 for f in pick.files)
-    out.files = [replace(f, seq_min=low, seq_max=high) for f in files]
+    for out, (writer, _) in zip(outputs, started, strict=True):
+        low = min(f.seq_min or 0 for f in out.pick.files)
+        high = max(f.seq_max or 0 for f in out.pick.files)
+        out.files = [replace(f, seq_min=low, seq_max=high) for f in writer.files]
+
+
+def _write_output(table: Table, out: _Output) -> None:
+    """Write one output's rows (again, after a racing write deleted some of them)."""
+    _, started = write_started(lambda writers: [_start_output(table, out, writers, None)])
+    _finish_outputs(table, [out], started)
+
+
+def _rewrite(table: Table, view: TableView, picks: Sequence[_Pick]) -> list[_Output]:
+    """Read, sort and write every pick. Two picks are read and sorted at a time (Arrow and
+    numpy release the GIL), each handed to the write pool as soon as it is sorted, so that one
+    pick's compression overlaps the next one's reading; all writers finish at the end. One
+    choice of dictionary columns serves every output: the first sorted pick's."""
+    chosen: list[list[str]] = []
+    lock = threading.Lock()
+
+    def dictionary(rows: pa.Table) -> list[str]:
+        with lock:
+            if not chosen:
+                chosen.append(dictionary_columns(rows))
+            return chosen[0]
+
+    def one(pick: _Pick) -> tuple[_Output, list[DataFileWriter], tuple[DataFileWriter, pa.Table]]:
+        out = _read_pick(table, view, pick)
+        writers: list[DataFileWriter] = []
+        try:
+            return out, writers, _start_output(table, out, writers, dictionary(out.rows))
+        except BaseException:
+            for writer in writers:
+                writer.abort()
+            raise
+
+    if len(picks) == 1:
+        done = [one(picks[0])]
+    else:
+        pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="arrowlake-compact")
+        futures = [pool.submit(one, pick) for pick in picks]
+        try:
+            done = [future.result() for future in futures]
+        except BaseException:
+            # Let every pick's task end first: one still reading would start a writer later.
+            pool.shutdown(wait=True, cancel_futures=True)
+            for future in futures:
+                if future.done() and not future.cancelled() and future.exception() is None:
+                    for writer in future.result()[1]:
+                        writer.abort()
+            raise
+        finally:
+            pool.shutdown(wait=False)
+    writers = [w for _, ws, _ in done for w in ws]
+    try:
+        close_all(writers)
+    except BaseException:
+        for writer in writers:
+            writer.abort()
+        raise
+    outputs = [out for out, _, _ in done]
+    _finish_outputs(table, outputs, [s for _, _, s in done])
+    return outputs
 
 
 def _catch_up(table: Table, outputs: list[_Output]) -> int | None:
@@ -275,10 +344,7 @@ def _commit(table: Table, view: TableView, base: int, picks: list[_Pick], *,
     outputs: list[_Output] = []
     log: list[NewFile] = []
     try:
-        for pick in picks:
-            out = _read_pick(table, view, pick)
-            outputs.append(out)
-            _write_output(table, out)
+        outputs = _rewrite(table, view, picks)
         for _ in range(ATTEMPTS):
             removed = [f for out in outputs for f in out.pick.files]
             added = [f for out in outputs for f in out.files]
