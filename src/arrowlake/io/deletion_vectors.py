@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import array
 import struct
+import threading
 import zlib
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -106,6 +108,40 @@ def keep_mask(deleted: np.ndarray, start: int, length: int) -> np.ndarray | None
 INLINE_LIMIT = 4096
 
 
+#: Bytes of decoded positions a process keeps (least recently used dropped past it).
+DECODED_BYTES = 64 * 1024 * 1024
+
+
+class _Decoded:
+    """The positions of recently read vectors, by their reference (its bytes, or the range of
+    its Puffin file: Puffin files are never rewritten)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._positions: OrderedDict[VectorRef, np.ndarray] = OrderedDict()
+        self._bytes = 0
+
+    def get(self, ref: VectorRef) -> np.ndarray | None:
+        with self._lock:
+            found = self._positions.get(ref)
+            if found is not None:
+                self._positions.move_to_end(ref)
+            return found
+
+    def put(self, ref: VectorRef, positions: np.ndarray) -> None:
+        if positions.nbytes > self.limit // 4:
+            return
+        with self._lock:
+            if ref in self._positions:
+                return
+            self._positions[ref] = positions
+            self._bytes += positions.nbytes
+            while self._bytes > self.limit:
+                _, dropped = self._positions.popitem(last=False)
+                self._bytes -= dropped.nbytes
+
+
 @dataclass(frozen=True)
 class VectorRef:
     """Where a data file's deletion vector is, as a split carries it to any reader: its
@@ -119,8 +155,16 @@ class VectorRef:
     since: int = 0  # the snapshot that recorded this vector (a writer extending it names it)
 
     def positions(self, storage: Storage, data_file: str) -> np.ndarray:
-        """The deleted positions, ascending (uint64)."""
-        return positions_of(self.bitmap(storage, data_file))
+        """The deleted positions, ascending (uint64, read-only). A vector is never changed
+        once written (a later one is another blob), so each is decoded once per process while
+        :data:`DECODED_BYTES` keeps it."""
+        known = _DECODED.get(self)
+        if known is not None:
+            return known
+        positions = positions_of(self.bitmap(storage, data_file))
+        positions.flags.writeable = False
+        _DECODED.put(self, positions)
+        return positions
 
     def bitmap(self, storage: Storage, data_file: str) -> BitMap64:
         """The vector as a bitmap (checked against the recorded cardinality)."""
@@ -142,3 +186,6 @@ class VectorRef:
                                 f"{len(vector)} positions, the metastore says "
                                 f"{self.cardinality}")
         return vector
+
+
+_DECODED = _Decoded(DECODED_BYTES)
