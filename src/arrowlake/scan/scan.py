@@ -164,8 +164,7 @@ class Scan:
         con = connection if connection is not None else duckdb.connect()
         relation = duckdb_relation(con, self._single_split(), self.schema)
         if name is not None:
-            relation.create_view(name, replace=True)
-            return con.table(name)
+            return relation.create_view(name, replace=True)
         return relation
 
     def to_dask(self, *, split_bytes: int | None = None) -> Any:
