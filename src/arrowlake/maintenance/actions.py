@@ -179,7 +179,8 @@ def compact_due(table: Table, holds: BucketLeases, budget: ByteBudget,
             for _ in range(VECTOR_RETRIES + 1 if vectors else 1):
                 started = time.monotonic()
                 if vectors:
-                    result = vector_compaction.compact_vectors(table, touched=taken)
+                    result = vector_compaction.compact_vectors(table, touched=taken,
+                                                               background=True)
                 else:
                     result = compaction.compact(table, only=[
                         (d.partition_id, d.bucket) for d in chunk if (d.bucket or 0) in taken])

@@ -100,9 +100,13 @@ def _pick(files: list[FileTask], props: Mapping[str, str], full: bool) -> list[F
 
 
 def compact_vectors(table: Table, *, full: bool = False, touched: Iterable[int] | None = None,
-                    budget: int | None = None) -> CompactionResult:
+                    budget: int | None = None, background: bool = False) -> CompactionResult:
     """Compact the buckets of a merge-on-write table (those numbered in ``touched`` only, when
-    given), rewriting at most ``budget`` live bytes after the first bucket due."""
+    given), rewriting at most ``budget`` live bytes after the first bucket due.
+
+    ``background``: a compaction beside the table's writers (the maintenance service) takes
+    its buckets one at a time, each written before the next is read, leaving the other core
+    to them; otherwise (inline, or ``compact()``) two at a time (:func:`_rewrite`)."""
     table.refresh()
     base = table.current_snapshot_id
     if base is None:
@@ -124,7 +128,7 @@ def compact_vectors(table: Table, *, full: bool = False, touched: Iterable[int] 
     logged = full and changelog_producer(table) == "full-compaction"
     if not picks and not logged:
         return CompactionResult(None)
-    return _commit(table, view, base, picks, logged=logged)
+    return _commit(table, view, base, picks, logged=logged, background=background)
 
 
 def due_vector_buckets(table: Table) -> list[DueBucket]:
@@ -330,7 +334,7 @@ def _catch_up(table: Table, outputs: list[_Output]) -> int | None:
 
 
 def _commit(table: Table, view: TableView, base: int, picks: list[_Pick], *,
-            logged: bool = False) -> CompactionResult:
+            logged: bool = False, background: bool = False) -> CompactionResult:
     """Rewrite ``picks`` and commit them as one snapshot. Writes that mark rows of the picked
     files deleted meanwhile do not void it: their rows are dropped from the output (rewritten
     without them) and the commit is tried again on the newer snapshot, up to
@@ -344,7 +348,12 @@ def _commit(table: Table, view: TableView, base: int, picks: list[_Pick], *,
     outputs: list[_Output] = []
     log: list[NewFile] = []
     try:
-        outputs = _rewrite(table, view, picks)
+        if background:
+            for pick in picks:
+                outputs.append(_read_pick(table, view, pick))
+                _write_output(table, outputs[-1])
+        else:
+            outputs = _rewrite(table, view, picks)
         for _ in range(ATTEMPTS):
             removed = [f for out in outputs for f in out.pick.files]
             added = [f for out in outputs for f in out.files]
