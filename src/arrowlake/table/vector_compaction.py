@@ -23,9 +23,8 @@ at most. A compaction whose inputs another commit removed gives way.
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -244,31 +243,34 @@ def _rewrite(table: Table, view: TableView, picks: Sequence[_Pick]) -> list[_Out
     """Read, sort and write every pick. Two picks are read and sorted at a time (Arrow and
     numpy release the GIL), each handed to the write pool as soon as it is sorted, so that one
     pick's compression overlaps the next one's reading; all writers finish at the end. One
-    choice of dictionary columns serves every output: the first sorted pick's."""
-    chosen: list[list[str]] = []
-    lock = threading.Lock()
+    choice of dictionary columns serves every output: the first pick's, so that the same rows
+    give the same files whichever pick is sorted first."""
+    # Set by the first pick (its task starts first); the others wait for it.
+    dictionary: Future[list[str]] = Future()
 
-    def dictionary(rows: pa.Table) -> list[str]:
-        with lock:
-            if not chosen:
-                chosen.append(dictionary_columns(rows))
-            return chosen[0]
-
-    def one(pick: _Pick) -> tuple[_Output, list[DataFileWriter], tuple[DataFileWriter, pa.Table]]:
-        out = _read_pick(table, view, pick)
+    def one(index: int) -> tuple[_Output, list[DataFileWriter],
+                                 tuple[DataFileWriter, pa.Table]]:
+        try:
+            out = _read_pick(table, view, picks[index])
+            if index == 0:
+                dictionary.set_result(dictionary_columns(out.rows))
+        except BaseException as exc:
+            if index == 0:
+                dictionary.set_exception(exc)
+            raise
         writers: list[DataFileWriter] = []
         try:
-            return out, writers, _start_output(table, out, writers, dictionary(out.rows))
+            return out, writers, _start_output(table, out, writers, dictionary.result())
         except BaseException:
             for writer in writers:
                 writer.abort()
             raise
 
     if len(picks) == 1:
-        done = [one(picks[0])]
+        done = [one(0)]
     else:
         pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="arrowlake-compact")
-        futures = [pool.submit(one, pick) for pick in picks]
+        futures = [pool.submit(one, index) for index in range(len(picks))]
         try:
             done = [future.result() for future in futures]
         except BaseException:
