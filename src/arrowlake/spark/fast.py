@@ -407,7 +407,9 @@ def _drop_deleted(spark: SparkSession, df: DataFrame, deletes: DeletedRows) -> D
       arrays and exploded in the JVM.
 
     With every method a row of a file whose size is not a listed one fails the read (the file
-    changed after its vector was written, and its positions would be another file's)."""
+    changed after its vector was written, and its positions would be another file's). The
+    bitmap method of a classic session leaves working columns, which the caller's projection
+    (:func:`_project`) drops."""
     if deletes.method == "bitmap" and not is_connect(spark) \
             and "_metadata" not in {c.lower() for c in df.columns}:
         return _bitmap_where(spark, df, deletes)
@@ -416,10 +418,7 @@ def _drop_deleted(spark: SparkSession, df: DataFrame, deletes: DeletedRows) -> D
     if deletes.method == "bitmap":
         return df.where(_bitmap_keeps(spark, deletes, row, size))
     key = size * F.lit(deletes.stride) + row if deletes.stride else row
-    taken = {c.lower() for c in df.columns}
-    name = "_arrowlake_row"
-    while name.lower() in taken:
-        name += "_"
+    name = _unused("_arrowlake_row", {c.lower() for c in df.columns})
     # Every row must come from a file of the listed sizes (the key is made of the size).
     listed_size = F.when(size.isin(*[F.lit(f.size) for f in deletes.files]), F.lit(True)) \
         .otherwise(F.raise_error(F.lit(_changed_file(deletes))).cast("boolean"))
@@ -476,14 +475,17 @@ class _Bitmap:
             np.left_shift(np.uint64(1), numbers & np.uint64(63)), starts)
         return cls(modulus, slot_size, slot_offset, bitmap.view(np.int64))
 
+    def arrays(self) -> pa.Table:
+        """One row, a column of each array: ``size``, ``offset``, ``words``."""
+        return pa.table({name: pa.ListArray.from_arrays(pa.array([0, values.size], pa.int32()),
+                                                        pa.array(values))
+                         for name, values in (("size", self.size), ("offset", self.offset),
+                                              ("words", self.words))})
+
     def tables(self, spark: SparkSession) -> DataFrame:
         """One row, one column ``t``: a struct of the three arrays."""
-        arrays = {name: pa.ListArray.from_arrays(pa.array([0, values.size], pa.int32()),
-                                                 pa.array(values))
-                  for name, values in (("size", self.size), ("offset", self.offset),
-                                       ("words", self.words))}
-        return spark.createDataFrame(pa.table(arrays)).select(
-            F.struct(*[F.col(c) for c in arrays]).alias("t"))
+        return spark.createDataFrame(self.arrays()).select(
+            F.struct(*[F.col(c) for c in ("size", "offset", "words")]).alias("t"))
 
 
 def _bitmap_keeps(spark: SparkSession, deletes: DeletedRows, row: SparkColumn,
@@ -509,25 +511,40 @@ _views = itertools.count()
 def _bitmap_where(spark: SparkSession, df: DataFrame, deletes: DeletedRows) -> DataFrame:
     """``df`` without the rows the group's vectors delete, as :func:`_bitmap_keeps` drops
     them, built with a handful of JVM round trips instead of a few dozen (each Column call of
-    a classic session is one, and they were a quarter of a read of 4M rows): the tables are a
-    temporary view that one SQL condition reads by scalar subquery. A classic session
-    analyzes the condition when the DataFrame is made, so the view is dropped right after;
-    a Connect session (which resolves views when the query runs) uses
+    a classic session is one, and they were a quarter of a read of 4M rows). The arrays are a
+    temporary view, read once by a scalar subquery into a column of their own beside the
+    file size and row index (the condition names the arrays five times: as five subqueries
+    it took twice as long to analyze, and longer to run); the three working columns, named
+    apart from the files' columns, are left for the caller's projection to drop. A classic
+    session analyzes the subquery when the DataFrame is made, so the view is dropped right
+    after; a Connect session (which resolves views when the query runs) uses
     :func:`_bitmap_keeps`."""
     bitmap = _Bitmap.of(deletes)
     view = f"{_VIEW_PREFIX}{next(_views)}"
-    bitmap.tables(spark).createOrReplaceTempView(view)
+    taken = {c.lower() for c in df.columns}
+    size, row, arrays = (_unused(f"_arrowlake_{what}", taken)
+                         for what in ("file_size", "row_index", "bitmap"))
+    spark.createDataFrame(bitmap.arrays()).createOrReplaceTempView(view)
     try:
-        slot = f"CAST(pmod(_metadata.file_size, {bitmap.modulus}) AS INT)"
-        tables = f"(SELECT t FROM {view})"
-        index = (f"(CASE WHEN {tables}.size[{slot}] = _metadata.file_size "
-                 f"THEN {tables}.offset[{slot}] "
-                 f"ELSE CAST(raise_error({_sql_string(_changed_file(deletes))}) AS BIGINT) END"
-                 " + _metadata.row_index)")
-        return df.where(f"bit_get({tables}.words[CAST(shiftright({index}, 6) AS INT)], "
-                        f"CAST(pmod({index}, 64) AS INT)) = 0")
+        df = df.selectExpr("*", f"_metadata.file_size AS {size}",
+                           f"_metadata.row_index AS {row}",
+                           f"(SELECT struct(size, offset, words) FROM {view}) AS {arrays}")
     finally:
         spark.catalog.dropTempView(view)
+    slot = f"CAST(pmod({size}, {bitmap.modulus}) AS INT)"
+    index = (f"(CASE WHEN {arrays}.size[{slot}] = {size} THEN {arrays}.offset[{slot}] "
+             f"ELSE CAST(raise_error({_sql_string(_changed_file(deletes))}) AS BIGINT) END"
+             f" + {row})")
+    return df.where(f"bit_get({arrays}.words[CAST(shiftright({index}, 6) AS INT)], "
+                    f"CAST(pmod({index}, 64) AS INT)) = 0")
+
+
+def _unused(name: str, taken: set[str]) -> str:
+    """``name``, with underscores added until no column of ``taken`` (lower-cased) has it."""
+    while name.lower() in taken:
+        name += "_"
+    taken.add(name.lower())
+    return name
 
 
 def _sql_string(text: str) -> str:
