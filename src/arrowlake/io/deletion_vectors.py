@@ -18,10 +18,9 @@ not in it: :func:`keep_mask` gives the mask for a range of positions, computed i
 from __future__ import annotations
 
 import array
+import os
 import struct
-import threading
 import zlib
-from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -30,6 +29,7 @@ import pyarrow as pa
 from pyroaring import BitMap64
 
 from arrowlake.errors import DataFileError
+from arrowlake.io.lru import SizedLRU
 from arrowlake.io.storage import Storage
 
 #: Iceberg's magic for a ``deletion-vector-v1`` blob.
@@ -112,36 +112,6 @@ INLINE_LIMIT = 4096
 DECODED_BYTES = 64 * 1024 * 1024
 
 
-class _Decoded:
-    """The positions of recently read vectors, by their reference (its bytes, or the range of
-    its Puffin file: Puffin files are never rewritten)."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self._lock = threading.Lock()
-        self._positions: OrderedDict[VectorRef, np.ndarray] = OrderedDict()
-        self._bytes = 0
-
-    def get(self, ref: VectorRef) -> np.ndarray | None:
-        with self._lock:
-            found = self._positions.get(ref)
-            if found is not None:
-                self._positions.move_to_end(ref)
-            return found
-
-    def put(self, ref: VectorRef, positions: np.ndarray) -> None:
-        if positions.nbytes > self.limit // 4:
-            return
-        with self._lock:
-            if ref in self._positions:
-                return
-            self._positions[ref] = positions
-            self._bytes += positions.nbytes
-            while self._bytes > self.limit:
-                _, dropped = self._positions.popitem(last=False)
-                self._bytes -= dropped.nbytes
-
-
 @dataclass(frozen=True)
 class VectorRef:
     """Where a data file's deletion vector is, as a split carries it to any reader: its
@@ -163,7 +133,8 @@ class VectorRef:
             return known
         positions = positions_of(self.bitmap(storage, data_file))
         positions.flags.writeable = False
-        _DECODED.put(self, positions)
+        if positions.nbytes <= DECODED_BYTES // 4:  # a few huge ones would evict the rest
+            _DECODED.put(self, positions)
         return positions
 
     def bitmap(self, storage: Storage, data_file: str) -> BitMap64:
@@ -188,4 +159,7 @@ class VectorRef:
         return vector
 
 
-_DECODED = _Decoded(DECODED_BYTES)
+#: The positions of recently read vectors, by their reference (its bytes, or the range of
+#: its Puffin file: Puffin files are never rewritten).
+_DECODED: SizedLRU[np.ndarray] = SizedLRU(DECODED_BYTES, lambda positions: positions.nbytes)
+os.register_at_fork(after_in_child=_DECODED.after_fork)

@@ -14,8 +14,8 @@ rows of many files (a filter pass per small file costs more than the filtering i
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict, deque
+import os
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 
 from arrowlake.errors import DataFileError
 from arrowlake.io.deletion_vectors import VectorRef, keep_mask
+from arrowlake.io.lru import SizedLRU
 from arrowlake.io.storage import Storage
 
 _T = TypeVar("_T")
@@ -68,26 +69,20 @@ def read_ahead(items: Sequence[_T], read: Callable[[_T], _R], ahead: int = READ_
 
 
 #: Row group starts of recently read files, by path (data files are never rewritten).
-_STARTS: OrderedDict[str, np.ndarray] = OrderedDict()
-_STARTS_LOCK = threading.Lock()
-_MAX_STARTS = 4096
+_STARTS: SizedLRU[np.ndarray] = SizedLRU(1 << 20, lambda starts: starts.nbytes)
+os.register_at_fork(after_in_child=_STARTS.after_fork)
 
 
 def row_group_starts(fragment: ds.ParquetFileFragment) -> np.ndarray:
     """The position of each row group's first row in its file (read-only)."""
-    with _STARTS_LOCK:
-        starts = _STARTS.get(fragment.path)
-        if starts is not None:
-            _STARTS.move_to_end(fragment.path)
-            return starts
+    starts = _STARTS.get(fragment.path)
+    if starts is not None:
+        return starts
     metadata = fragment.metadata
     counts = [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
     starts = np.concatenate(([0], np.cumsum(counts, dtype=np.int64)))
     starts.flags.writeable = False
-    with _STARTS_LOCK:
-        _STARTS[fragment.path] = starts
-        while len(_STARTS) > _MAX_STARTS:
-            _STARTS.popitem(last=False)
+    _STARTS.put(fragment.path, starts)
     return starts
 
 

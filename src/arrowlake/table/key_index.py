@@ -19,12 +19,12 @@ loop never rebuilds it.
 from __future__ import annotations
 
 import os
-import threading
-from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+from arrowlake.io.lru import SizedLRU
 
 #: Bytes of key indexes a process keeps (least recently used dropped past it).
 INDEX_CACHE_BYTES = 256 * 1024 * 1024
@@ -192,52 +192,26 @@ def build(parts: Sequence[tuple[str, np.ndarray, np.ndarray | None]], state: Sta
                       state)
 
 
-class _IndexCache:
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self._lock = threading.Lock()
-        self._indexes: OrderedDict[Hashable, KeyIndex] = OrderedDict()
-        self._bytes = 0
-
-    def get(self, key: Hashable, state: State) -> KeyIndex | None:
-        with self._lock:
-            index = self._indexes.get(key)
-            if index is None or index.state != state:
-                return None
-            self._indexes.move_to_end(key)
-            return index
-
-    def put(self, key: Hashable, index: KeyIndex | None) -> None:
-        with self._lock:
-            old = self._indexes.pop(key, None)
-            if old is not None:
-                self._bytes -= old.nbytes
-            if index is None or index.nbytes > self.limit:
-                return
-            self._indexes[key] = index
-            self._bytes += index.nbytes
-            while self._bytes > self.limit:
-                _, dropped = self._indexes.popitem(last=False)
-                self._bytes -= dropped.nbytes
-
-
-_INDEXES = _IndexCache(INDEX_CACHE_BYTES)
+_INDEXES: SizedLRU[KeyIndex] = SizedLRU(INDEX_CACHE_BYTES, lambda index: index.nbytes)
 
 
 def cached(key: Hashable, state: State) -> KeyIndex | None:
     """The cached index of bucket ``key`` if it describes ``state``."""
-    return _INDEXES.get(key, state)
+    index = _INDEXES.get(key)
+    return index if index is not None and index.state == state else None
 
 
 def keep(key: Hashable, index: KeyIndex | None) -> None:
     """Cache ``index`` as bucket ``key``'s (None forgets the bucket's)."""
-    _INDEXES.put(key, index)
+    if index is None:
+        _INDEXES.pop(key)
+    else:
+        _INDEXES.put(key, index)
 
 
 def _forget_indexes() -> None:
     """In a forked child: start with an empty cache and a fresh lock."""
-    global _INDEXES
-    _INDEXES = _IndexCache(INDEX_CACHE_BYTES)
+    _INDEXES.after_fork(keep=False)
 
 
 os.register_at_fork(after_in_child=_forget_indexes)
