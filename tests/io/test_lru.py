@@ -44,3 +44,49 @@ def test_pop_and_after_fork():
     assert cache.get("b") is None
     cache.put("c", b"c" * 10)  # nothing else counted after the reset
     assert cache.get("c") == b"c" * 10
+
+
+def test_a_forked_child_uses_the_process_caches_while_the_parent_holds_their_locks():
+    """A fork copies a lock held by another thread as held, and that thread is not in the
+    child: each process cache takes a fresh lock in a forked child (Dask and DataLoader
+    workers read through them)."""
+    import os
+    import time
+
+    from arrowlake.io import deletion_vectors, prefetch
+    from arrowlake.scan import deleted_rows, duckdb_relation, read
+    from arrowlake.table import key_index
+
+    locks = [deletion_vectors._DECODED._lock, key_index._INDEXES._lock,
+             deleted_rows._STARTS._lock, read._FRAGMENTS._lock, duckdb_relation._STORED._lock,
+             duckdb_relation._TARGETS._lock, prefetch.FOOTERS._lock]
+    for lock in locks:
+        lock.acquire()
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: every cache must answer
+            code = 1
+            try:
+                deletion_vectors._DECODED.get("x")
+                key_index.cached("x", frozenset())
+                deleted_rows._STARTS.get("x")
+                read._FRAGMENTS.get("x")
+                duckdb_relation._STORED.get("x")
+                duckdb_relation._TARGETS.get("x")
+                prefetch.FOOTERS.get(("x", 0))
+                code = 0
+            finally:
+                os._exit(code)
+    finally:
+        for lock in locks:
+            lock.release()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            assert os.waitstatus_to_exitcode(status) == 0
+            return
+        time.sleep(0.05)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    raise AssertionError("the forked child waited on a lock its parent held")

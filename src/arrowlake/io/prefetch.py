@@ -119,8 +119,13 @@ class FooterCache:
             self._items.clear()
             self._bytes = 0
 
+    def after_fork(self) -> None:
+        """In a forked child: a fresh lock (the parent's may have been held)."""
+        self._lock = threading.Lock()
+
 
 FOOTERS = FooterCache()
+os.register_at_fork(after_in_child=FOOTERS.after_fork)
 
 
 # -- planning byte ranges --------------------------------------------------------------------

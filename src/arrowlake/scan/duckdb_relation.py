@@ -23,8 +23,7 @@ options; file paths with glob characters).
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -41,6 +40,7 @@ from arrowlake.expressions.duckdb_sql import (
     quote_string,
     to_duckdb_sql,
 )
+from arrowlake.io.lru import SizedLRU
 from arrowlake.io.storage import LocalStorage
 from arrowlake.scan.read import bucket_groups, needs_merge, read_split_table
 from arrowlake.scan.split import FileTask, Split
@@ -150,25 +150,20 @@ def _select_list(con: Any, split: Split, schema_id: int, files: Sequence[FileTas
     return ", ".join(items)
 
 
-_CACHE_LOCK = threading.Lock()
-_STORED: OrderedDict[tuple[str, int], dict[str, str]] = OrderedDict()
-_TARGETS: OrderedDict[pa.Schema, dict[str, str]] = OrderedDict()
-_MAX_CACHED = 1024
+#: DuckDB types by file (path, size) and by Arrow schema, at most 1024 of each.
+_STORED: SizedLRU[dict[str, str]] = SizedLRU(1024, lambda _: 1)
+_TARGETS: SizedLRU[dict[str, str]] = SizedLRU(1024, lambda _: 1)
+os.register_at_fork(after_in_child=_STORED.after_fork)
+os.register_at_fork(after_in_child=_TARGETS.after_fork)
 
 
-def _cached(cache: OrderedDict[Any, dict[str, str]], key: Any,
+def _cached(cache: SizedLRU[dict[str, str]], key: Any,
             make: Callable[[], dict[str, str]]) -> dict[str, str]:
-    with _CACHE_LOCK:
-        found = cache.get(key)
-        if found is not None:
-            cache.move_to_end(key)
-            return found
-    value = make()
-    with _CACHE_LOCK:
-        cache[key] = value
-        while len(cache) > _MAX_CACHED:
-            cache.popitem(last=False)
-    return value
+    found = cache.get(key)
+    if found is None:
+        found = make()
+        cache.put(key, found)
+    return found
 
 
 def _stored_types(con: Any, split: Split, task: FileTask) -> dict[str, str]:

@@ -11,8 +11,7 @@ Splits of primary-key tables hold whole buckets: each bucket's runs are read her
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import chain, pairwise
@@ -35,6 +34,7 @@ from arrowlake.expressions import (
 )
 from arrowlake.expressions.binding import value_type
 from arrowlake.expressions.tree import And, Comparison, Literal, Or
+from arrowlake.io.lru import SizedLRU
 from arrowlake.io.prefetch import FileRef, prefetched_windows
 from arrowlake.io.stats import decode_values
 from arrowlake.io.storage import Storage
@@ -101,9 +101,10 @@ class _GroupRead:
 #: A read of files smaller than this in all runs on the calling thread.
 _THREADS_BYTES = 4 * 1024 * 1024
 
-_FRAGMENTS: OrderedDict[tuple[str, int], ds.ParquetFileFragment] = OrderedDict()
-_FRAGMENTS_LOCK = threading.Lock()
-_MAX_FRAGMENTS = 4096
+#: Fragments by (path, size), at most 4096 (each counts as one). A forked child starts
+#: without them: their filesystems belong to the parent.
+_FRAGMENTS: SizedLRU[ds.ParquetFileFragment] = SizedLRU(4096, lambda _: 1)
+os.register_at_fork(after_in_child=lambda: _FRAGMENTS.after_fork(keep=False))
 
 
 def _fragment(storage: Storage, fs: pafs.FileSystem, task: FileTask) -> ds.ParquetFileFragment:
@@ -112,16 +113,10 @@ def _fragment(storage: Storage, fs: pafs.FileSystem, task: FileTask) -> ds.Parqu
     Saves opening and parsing every footer again on repeated reads of small runs."""
     path = storage.fs_path(task.path)
     key = (path, task.file_size)
-    with _FRAGMENTS_LOCK:
-        fragment = _FRAGMENTS.get(key)
-        if fragment is not None:
-            _FRAGMENTS.move_to_end(key)
-            return fragment
-    fragment = _FORMAT.make_fragment(path, fs, file_size=task.file_size)
-    with _FRAGMENTS_LOCK:
-        _FRAGMENTS[key] = fragment
-        while len(_FRAGMENTS) > _MAX_FRAGMENTS:
-            _FRAGMENTS.popitem(last=False)
+    fragment = _FRAGMENTS.get(key)
+    if fragment is None:
+        fragment = _FORMAT.make_fragment(path, fs, file_size=task.file_size)
+        _FRAGMENTS.put(key, fragment)
     return fragment
 
 
