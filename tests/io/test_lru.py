@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import time
+
+from arrowlake.io import deletion_vectors, prefetch
 from arrowlake.io.lru import SizedLRU
+from arrowlake.scan import deleted_rows, duckdb_relation, read
+from arrowlake.table import key_index
 
 
 def test_values_past_the_limit_drop_the_least_recently_used():
@@ -50,13 +56,6 @@ def test_a_forked_child_uses_the_process_caches_while_the_parent_holds_their_loc
     """A fork copies a lock held by another thread as held, and that thread is not in the
     child: each process cache takes a fresh lock in a forked child (Dask and DataLoader
     workers read through them)."""
-    import os
-    import time
-
-    from arrowlake.io import deletion_vectors, prefetch
-    from arrowlake.scan import deleted_rows, duckdb_relation, read
-    from arrowlake.table import key_index
-
     locks = [deletion_vectors._DECODED._lock, key_index._INDEXES._lock,
              deleted_rows._STARTS._lock, read._FRAGMENTS._lock, duckdb_relation._STORED._lock,
              duckdb_relation._TARGETS._lock, prefetch.FOOTERS._lock]

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import arrowlake as al
 from arrowlake.errors import DataFileError, ValidationError
-from arrowlake.table import vector_compaction
+from arrowlake.table import merge_on_write, vector_compaction
 from tests.conftest import METASTORES, make_lake
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("p", pa.string()),
@@ -424,8 +424,6 @@ def test_a_compaction_writes_the_same_files_whichever_bucket_is_sorted_first(tmp
     v=0 (``p`` repeats: it would dictionary-encode ``p``) is the first, v=1 (``p`` all
     distinct: it would not) the second. One table's compaction holds the first pick back,
     the other's the second."""
-    from arrowlake.table import vector_compaction
-
     def filled(name: str) -> al.Table:
         t = lake.create_table(name, SCHEMA, primary_key=["v", "id"], partition_by=["v"],
                               buckets=1, deletion_vectors=True,
@@ -468,8 +466,6 @@ def test_writes_racing_a_compaction_do_not_void_it(tmp_path, monkeypatch, races)
     """Another writer replaces and deletes rows of the files being compacted after the
     compaction read them (once, or again after its first catch-up): the compaction drops those
     rows from its output and commits; the writer's rows stay, no key is live twice."""
-    from arrowlake.table import vector_compaction
-
     lake = al.connect(tmp_path / "lake")
     t = _dv_table(lake, properties={"compaction.mode": "off"})
     n = 600
@@ -628,7 +624,6 @@ def test_a_write_others_keep_overtaking_holds_the_table_and_lands(tmp_path, monk
                                                                   request, options, kind):
     """Another writer commits to the same bucket right before each of this write's commits:
     after a few lookups made stale that way, the write plans and commits holding the table."""
-    from arrowlake.table import merge_on_write
 
     lake = make_lake(kind, tmp_path, request)
     t = _dv_table(lake, **options)
