@@ -32,6 +32,16 @@ def _upsert(table: al.Table, ids: list[int], v: int) -> None:
     table.upsert({"id": ids, "day": ["d1" if i % 2 else "d2" for i in ids], "v": [v] * len(ids)})
 
 
+def _answers_as_database(lake: al.Lake, other: al.Lake, table_id: int, snapshot_id: int
+                         ) -> None:
+    """``lake``'s metastore (its cache) gives the snapshot's files and vectors that ``other``'s
+    database gives."""
+    ms, db = lake.metastore, other.metastore
+    assert ms.live_files(table_id, snapshot_id).equals(db.live_files(table_id, snapshot_id))
+    assert dict(ms.live_vectors(table_id, snapshot_id)) == \
+        dict(db.live_vectors(table_id, snapshot_id))
+
+
 def _dv_table(lake: al.Lake, partitioned: bool = False) -> al.Table:
     return lake.create_table("t", SCHEMA, primary_key=["id", "day"] if partitioned else ["id"],
                              partition_by=["day"] if partitioned else (), buckets=4,
@@ -84,8 +94,7 @@ def test_old_snapshots_read_their_own_rows_after_newer_commits(kind, tmp_path, r
     ms, tid = lake.metastore, t._record.table_id
     fresh = _other(lake)
     for sid in (first, second, t.current_snapshot_id):
-        assert ms.live_files(tid, sid).equals(fresh.metastore.live_files(tid, sid))
-        assert dict(ms.live_vectors(tid, sid)) == dict(fresh.metastore.live_vectors(tid, sid))
+        _answers_as_database(lake, fresh, tid, sid)
     # expiry through this metastore: the expired snapshot fails, the current one reads right
     t.expire_snapshots(older_than=None, retain_last=1)
     with pytest.raises(SnapshotNotFound):
@@ -109,8 +118,7 @@ def test_a_snapshot_id_not_committed_yet_is_not_kept(kind, tmp_path, request):
     other = _other(lake)
     _upsert(other.table("t"), [2, 3], 1)  # commits snapshot nxt (and may compact after it)
     assert nxt in t.snapshots().column("snapshot_id").to_pylist()
-    assert ms.live_files(tid, nxt).equals(other.metastore.live_files(tid, nxt))
-    assert dict(ms.live_vectors(tid, nxt)) == dict(other.metastore.live_vectors(tid, nxt))
+    _answers_as_database(lake, other, tid, nxt)
     assert len(ms.live_vectors(tid, nxt)) == 1  # key 2's first version, marked deleted
     assert t.count() == 3
     other.close()
