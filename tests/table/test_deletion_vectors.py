@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import arrowlake as al
 from arrowlake.errors import DataFileError, ValidationError
-from arrowlake.table import merge_on_write, vector_compaction
+from arrowlake.table import merge_into, merge_on_write, vector_compaction
 from tests.conftest import METASTORES, make_lake
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("p", pa.string()),
@@ -744,4 +744,36 @@ def test_files_with_deleted_rows_read_every_type_back_exactly(tmp_path):
     t.rename_column("dur", "duration")
     got = t.scan(filter="id < 100", columns=["id", "duration"]).to_arrow().sort_by("id")
     assert got["duration"].equals(expected.filter(pc.less(expected["id"], 100))["dur"])
+    lake.close()
+
+
+@pytest.mark.parametrize("vectors", [True, False], ids=["deletion-vectors", "merge-on-read"])
+def test_a_merge_decided_on_the_empty_table_checks_the_first_commits(tmp_path, monkeypatch,
+                                                                      vectors):
+    """A merge decided on a table with no snapshot yet ("insert key 1"); another writer's
+    upsert of key 1 landed before the merge committed. The merge must be sent back to decide
+    again (key 1 matched, its condition false: unchanged), as in the serial order, not insert
+    over the other writer's row. Before, its commit took the snapshot current at commit time
+    as the one it had decided on, and checked nothing."""
+    lake = al.connect(tmp_path / "lake")
+    t = lake.create_table("s.m", SCHEMA, primary_key=["id"], buckets=1,
+                          deletion_vectors=vectors)
+    other = al.connect(tmp_path / "lake").table("s.m")
+    real = merge_into.commit_rows
+    raced = []
+
+    def race_then_commit(table, rows, kind, **options):
+        if not raced:
+            raced.append(options["base"])
+            other.upsert({"id": [1], "p": ["o"], "v": [1], "s": [10]})
+        return real(table, rows, kind, **options)
+
+    monkeypatch.setattr(merge_into, "commit_rows", race_then_commit)
+    result = (t.merge(pa.table({"id": [1], "p": ["m"], "v": [5], "s": [5]}), on="id")
+              .when_matched_update(where="source.s > target.s")
+              .when_not_matched_insert().execute())
+    monkeypatch.undo()
+    assert raced == [None]
+    assert (result.inserted, result.updated, result.unchanged) == (0, 0, 1)
+    assert _state(t) == [{"id": 1, "p": "o", "v": 1, "s": 10}]
     lake.close()

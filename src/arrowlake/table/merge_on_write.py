@@ -109,9 +109,14 @@ def commit_on_write(table: Table, rows: pa.Table, kind: str, *, commit_id: str |
     conflict check (deletes and MERGE INTO), run first. ``changelog``: changelog files
     already written (``input`` producer), committed with the write even when it changes no
     row, and deleted with its files when it does not land."""
+    # The snapshot the caller decided on (what to delete, insert, update); with ``on_rebase``
+    # None is the empty table before its first snapshot, not "whatever is current".
+    decided_on = base
     if base is None:
         table.refresh()
         base = table.current_snapshot_id
+    if on_rebase is None:
+        decided_on = base
     if rows.num_rows == 0:
         return WriteResult(None, kind)
     engine = merge_engine(table)
@@ -127,13 +132,11 @@ def commit_on_write(table: Table, rows: pa.Table, kind: str, *, commit_id: str |
     vectors: list[NewVector] = []
     puffin_path: str | None = None
 
-    decided_on = base  # the snapshot the caller decided on (what to delete, insert, update)
-
     def prepare(base: int | None) -> SnapshotChange | None:
         """One attempt on snapshot ``base``: look the keys up, write what depends on them,
         and return the change to commit (None when it changes nothing)."""
         nonlocal files, graves, written, plan, vectors, puffin_path
-        if on_rebase is not None and base is not None and base != decided_on:
+        if on_rebase is not None and base != decided_on:
             # A retry plans on a newer snapshot, so the commit checks only what lands after
             # it: the commits since the caller's decision are checked here (a delete or
             # merge must not commit a decision a commit in between made stale).

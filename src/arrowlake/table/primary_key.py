@@ -83,8 +83,8 @@ def commit_rows(table: Table, rows: pa.Table, kind: str, *, commit_id: str | Non
                 summary: dict[str, Any] | None = None, base: int | None = None,
                 on_rebase: Callable[[pa.Table], None] | None = None) -> WriteResult:
     """Write ``rows`` (with ``_row_kind``) as runs and commit them on ``base`` (the current
-    snapshot when None), with the changelog the table's producer asks for; then compact if
-    needed.
+    snapshot when None; with ``on_rebase``, None is the empty table the caller decided on),
+    with the changelog the table's producer asks for; then compact if needed.
 
     ``on_rebase`` is the commit's conflict check (see :func:`conflict_on_touched_keys`). Once
     the commit has landed nothing raises: a failing compaction is logged and left for later.
@@ -94,7 +94,9 @@ def commit_rows(table: Table, rows: pa.Table, kind: str, *, commit_id: str | Non
         landed = commit_with_changelog(table, rows, kind, commit_id=commit_id,
                                        summary=summary, base=base, on_rebase=on_rebase)
         return compact_vectors_after(table, landed)
-    if base is None:
+    if base is None and on_rebase is None:
+        # With ``on_rebase`` the caller decided on ``base``: None is the empty table, and the
+        # commit must check everything committed since (the metastore rebases from None).
         table.refresh()
         base = table.current_snapshot_id
     if rows.num_rows == 0:

@@ -61,9 +61,6 @@ def commit_with_changelog(table: Table, rows: pa.Table, kind: str, *,
     if producer == "full-compaction" or rows.num_rows == 0:
         return commit_on_write(table, rows, kind, commit_id=commit_id, summary=noted,
                                base=base, on_rebase=on_rebase)
-    if base is None:
-        table.refresh()
-        base = table.current_snapshot_id
     # commit_on_write deletes these files whenever the commit does not happen.
     return commit_on_write(table, rows, kind, commit_id=commit_id, summary=noted, base=base,
                            on_rebase=on_rebase, changelog=write_changelog(table, rows))
