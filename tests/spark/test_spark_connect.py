@@ -35,17 +35,26 @@ from arrowlake.spark.session import has_class, is_connect
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct free ports (all held open until all are chosen)."""
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
 
 
 @pytest.fixture(scope="session")
 def connect_url(tmp_path_factory):
     """A Spark Connect server in its own JVM, stopped at the end of the run."""
     spark_home = Path(pyspark.__file__).parent
-    port = free_port()
+    # The driver's and block manager's ports are set too: left random, one of them once took
+    # the Connect port first, the readiness check below connected to it, and the Connect
+    # service then failed to bind.
+    port, driver_port, block_port = free_ports(3)
     src = str(Path(al.__file__).resolve().parent.parent)
     env = {**os.environ, "SPARK_HOME": str(spark_home), "SPARK_LOCAL_IP": "127.0.0.1",
            "PYSPARK_PYTHON": sys.executable, "SPARK_CONNECT_MODE": "0",
@@ -55,7 +64,8 @@ def connect_url(tmp_path_factory):
             "spark.connect.grpc.binding.port": str(port),
             "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
             "spark.default.parallelism": "2", "spark.sql.session.timeZone": "UTC",
-            "spark.driver.memory": "1g", "spark.python.worker.reuse": "true"}
+            "spark.driver.memory": "1g", "spark.python.worker.reuse": "true",
+            "spark.driver.port": str(driver_port), "spark.blockManager.port": str(block_port)}
     log_path = tmp_path_factory.mktemp("connect") / "server.log"
     command = [str(spark_home / "bin" / "spark-submit"), "--class", SERVER_CLASS,
                "--master", "local[2]", "--name", "arrowlake-connect-tests"]
