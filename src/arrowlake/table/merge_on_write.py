@@ -136,7 +136,7 @@ def commit_on_write(table: Table, rows: pa.Table, kind: str, *, commit_id: str |
         """One attempt on snapshot ``base``: look the keys up, write what depends on them,
         and return the change to commit (None when it changes nothing)."""
         nonlocal files, graves, written, plan, vectors, puffin_path
-        if on_rebase is not None and base != decided_on:
+        if on_rebase is not None and base is not None and base != decided_on:
             # A retry plans on a newer snapshot, so the commit checks only what lands after
             # it: the commits since the caller's decision are checked here (a delete or
             # merge must not commit a decision a commit in between made stale).
