@@ -47,3 +47,33 @@ def test_an_error_reaches_the_reader_and_a_closed_reader_stops_reading() -> None
     assert next(reader) == (0, 0)
     reader.close()
     assert len(started) <= 5  # not the 100 a reader that kept going would have started
+
+
+def test_small_items_are_read_in_groups_in_order() -> None:
+    threads: dict[int, str] = {}
+
+    def read(item: int) -> int:
+        threads[item] = threading.current_thread().name
+        return item * 10
+
+    sizes = {i: (5 if i == 7 else 1) for i in range(20)}  # item 7 is a group of its own
+    got = list(read_ahead(list(range(20)), read, ahead=2, size=sizes.__getitem__,
+                          group_bytes=3))
+    assert got == [(i, i * 10) for i in range(20)]
+    # Consecutive items of one group are read by one task, so on one thread.
+    assert threads[0] == threads[1] == threads[2]
+    assert threads[3] == threads[4] == threads[5]
+    assert len({threads[i] for i in range(20)}) <= 2
+
+
+def test_items_that_fit_in_one_group_are_read_on_the_calling_thread() -> None:
+    caller = threading.current_thread().name
+    seen: set[str] = set()
+
+    def read(item: int) -> int:
+        seen.add(threading.current_thread().name)
+        return item
+
+    assert list(read_ahead(list(range(6)), read, size=lambda _: 10, group_bytes=100)) == \
+        [(i, i) for i in range(6)]
+    assert seen == {caller}

@@ -12,10 +12,10 @@ Splits of primary-key tables hold whole buckets: each bucket's runs are read her
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import chain, pairwise
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -48,13 +48,20 @@ from arrowlake.merge.read import (
     split_residual,
 )
 from arrowlake.merge.runs import KIND_COLUMN, KIND_FIELD
-from arrowlake.scan.deleted_rows import live_batches, read_ahead, read_live, select_live
+from arrowlake.scan.deleted_rows import (
+    GROUP_BYTES,
+    live_batches,
+    read_ahead,
+    read_live,
+    select_live,
+)
 from arrowlake.scan.read_errors import checked as _checked
 from arrowlake.schema import field_id
 
 if TYPE_CHECKING:
     from arrowlake.scan.split import FileTask, Split
 
+_R = TypeVar("_R")
 _FORMAT = ds.ParquetFileFormat(
     default_fragment_scan_options=ds.ParquetFragmentScanOptions(pre_buffer=True)
 )
@@ -447,9 +454,19 @@ def _masked(split: Split, group: _GroupRead) -> Iterator[tuple[FileTask, pa.Reco
                                  group.read_columns, group.columns, group.filter,
                                  split.batch_size))
 
-    for task, batches in read_ahead(group.masked, read):
+    for task, batches in _read_masked(split, group, read):
         for batch in batches:
             yield task, batch
+
+
+def _read_masked(split: Split, group: _GroupRead, read: Callable[[FileTask], _R]
+                 ) -> Iterator[tuple[FileTask, _R]]:
+    """``read`` of each of the group's files with deleted rows, in order, read ahead: small
+    local files in groups per thread, files on object stores one per thread."""
+    if split.storage.high_latency:
+        return read_ahead(group.masked, read)
+    return read_ahead(group.masked, read, size=lambda task: task.file_size,
+                      group_bytes=GROUP_BYTES)
 
 
 #: The rows of files with deleted rows that a whole-table read filters in one pass.
@@ -472,7 +489,7 @@ def _masked_tables(split: Split, group: _GroupRead) -> Iterator[pa.Table]:
 
     pending: list[pa.Table] = []
     rows = 0
-    for _, table in read_ahead(group.masked, read):
+    for _, table in _read_masked(split, group, read):
         if table is None:
             continue
         pending.append(table)
