@@ -8,7 +8,7 @@ import time
 from arrowlake.io import deletion_vectors, prefetch
 from arrowlake.io.lru import SizedLRU
 from arrowlake.scan import deleted_rows, duckdb_relation, read
-from arrowlake.table import key_index
+from arrowlake.table import key_index, key_lookup, run_cache
 
 
 def test_values_past_the_limit_drop_the_least_recently_used():
@@ -58,7 +58,8 @@ def test_a_forked_child_uses_the_process_caches_while_the_parent_holds_their_loc
     workers read through them)."""
     locks = [deletion_vectors._DECODED._lock, key_index._INDEXES._lock,
              deleted_rows._STARTS._lock, read._FRAGMENTS._lock, duckdb_relation._STORED._lock,
-             duckdb_relation._TARGETS._lock, prefetch.FOOTERS._lock]
+             duckdb_relation._TARGETS._lock, prefetch.FOOTERS._lock, key_lookup._KEYS._lock,
+             run_cache.RUNS._lock]
     for lock in locks:
         lock.acquire()
     try:
@@ -73,6 +74,8 @@ def test_a_forked_child_uses_the_process_caches_while_the_parent_holds_their_loc
                 duckdb_relation._STORED.get("x")
                 duckdb_relation._TARGETS.get("x")
                 prefetch.FOOTERS.get(("x", 0))
+                key_lookup._KEYS.get("x")
+                run_cache.RUNS.get(("x", 0))
                 code = 0
             finally:
                 os._exit(code)
@@ -89,3 +92,18 @@ def test_a_forked_child_uses_the_process_caches_while_the_parent_holds_their_loc
     os.kill(pid, 9)
     os.waitpid(pid, 0)
     raise AssertionError("the forked child waited on a lock its parent held")
+
+
+def test_a_put_may_bound_the_cache_by_its_own_limit_and_clear_empties_it() -> None:
+    cache: SizedLRU[bytes] = SizedLRU(0, len)
+    cache.put("a", b"x" * 10, limit=25)
+    cache.put("b", b"y" * 10, limit=25)
+    assert cache.get("a") == b"x" * 10 and cache.get("b") == b"y" * 10
+    cache.put("c", b"z" * 10, limit=25)  # over 25 bytes: the least recently used goes
+    assert cache.get("a") is None and cache.get("c") == b"z" * 10
+    cache.put("d", b"w" * 30, limit=25)  # larger than the bound: not kept
+    assert cache.get("d") is None
+    cache.put("e", b"v", limit=0)  # a put under a bound of 0 keeps nothing
+    assert cache.get("e") is None
+    cache.clear()
+    assert cache.get("b") is None and cache.get("c") is None

@@ -487,21 +487,24 @@ def test_lookup_cache_size_must_be_a_byte_count(sqlite_lake):
 
 
 def test_run_cache_stays_within_its_bound_and_evicts_the_least_recently_used():
-    from arrowlake.table.run_cache import DecodedRun, RunCache
+    from arrowlake.table.run_cache import RUNS, DecodedRun
 
     def run(n: int) -> DecodedRun:
         return DecodedRun.of(pa.table({"k": pa.array(range(n), pa.int64())}), "k", True)
 
-    cache = RunCache()
-    one = run(100)  # 800 bytes
-    cache.put(("a", 0), one, limit=2000)
-    cache.put(("b", 0), run(100), limit=2000)
-    assert cache.get(("a", 0)) is one  # now the most recently used
-    cache.put(("c", 0), run(100), limit=2000)
-    assert cache.get(("b", 0)) is None and cache.get(("a", 0)) is one
-    assert cache.get(("c", 0)) is not None
-    cache.put(("d", 0), run(1000), limit=2000)  # larger than the bound: not kept
-    assert cache.get(("d", 0)) is None
+    RUNS.clear()
+    try:
+        one = run(100)  # 800 bytes
+        RUNS.put(("a", 0), one, limit=2000)
+        RUNS.put(("b", 0), run(100), limit=2000)
+        assert RUNS.get(("a", 0)) is one  # now the most recently used
+        RUNS.put(("c", 0), run(100), limit=2000)
+        assert RUNS.get(("b", 0)) is None and RUNS.get(("a", 0)) is one
+        assert RUNS.get(("c", 0)) is not None
+        RUNS.put(("d", 0), run(1000), limit=2000)  # larger than the bound: not kept
+        assert RUNS.get(("d", 0)) is None
+    finally:
+        RUNS.clear()
     assert one.sorted_unique and not DecodedRun.of(pa.table({"k": [2, 1]}), "k", True).sorted_unique
 
 

@@ -33,19 +33,26 @@ class SizedLRU(Generic[_V]):
                 self._values.move_to_end(key)
             return found
 
-    def put(self, key: Hashable, value: _V) -> None:
+    def put(self, key: Hashable, value: _V, limit: int | None = None) -> None:
         """Keep ``value`` for ``key`` (in place of any before); one larger than the whole
-        limit only drops what ``key`` held."""
+        limit only drops what ``key`` held. ``limit``: the bound for this call, in place of
+        the cache's own (for caches whose bound is a setting of whoever fills them)."""
         nbytes = self._size(value)
+        bound = self.limit if limit is None else limit
         with self._lock:
             self._pop(key)
-            if nbytes > self.limit:
+            if nbytes > bound:
                 return
             self._values[key] = value
             self._bytes += nbytes
-            while self._bytes > self.limit:
+            while self._bytes > bound:
                 _, dropped = self._values.popitem(last=False)
                 self._bytes -= self._size(dropped)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._values.clear()
+            self._bytes = 0
 
     def pop(self, key: Hashable) -> None:
         with self._lock:

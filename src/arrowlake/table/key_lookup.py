@@ -13,8 +13,6 @@ key, a hash join for composite keys; deleted positions are dropped with a sorted
 from __future__ import annotations
 
 import os
-import threading
-from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
@@ -22,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from arrowlake.io.lru import SizedLRU
 from arrowlake.io.storage import Storage
 from arrowlake.io.writer import DataFileWriter
 from arrowlake.merge.versions import sortable_key
@@ -226,39 +225,6 @@ def match_keys(left: pa.Table, right: pa.Table, key: Sequence[str]
             joined.column(_INCOMING).to_numpy().astype(np.int64))
 
 
-class _KeyCache:
-    """Key columns of data files this process read for lookups, by file, least recently used
-    dropped past :data:`KEY_CACHE_BYTES`. Data files never change (unique names), so a cached
-    column stays right; a writer then reads only the files added since its last lookup."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self._lock = threading.Lock()
-        self._tables: OrderedDict[tuple[str, int, tuple[str, ...], str], _StoredKeys] = \
-            OrderedDict()
-        self._bytes = 0
-
-    def get(self, key: tuple[str, int, tuple[str, ...], str]) -> _StoredKeys | None:
-        with self._lock:
-            stored = self._tables.get(key)
-            if stored is not None:
-                self._tables.move_to_end(key)
-            return stored
-
-    def put(self, key: tuple[str, int, tuple[str, ...], str], stored: _StoredKeys) -> None:
-        size = stored.nbytes
-        if size > self.limit:
-            return
-        with self._lock:
-            if key in self._tables:
-                return
-            self._tables[key] = stored
-            self._bytes += size
-            while self._bytes > self.limit:
-                _, dropped = self._tables.popitem(last=False)
-                self._bytes -= dropped.nbytes
-
-
 @dataclass(frozen=True)
 class _StoredKeys:
     """A file's key columns, and, when the file is sorted by key (every file arrowlake writes
@@ -274,9 +240,11 @@ class _StoredKeys:
                                     if self.sorted_image is not None else 0)
 
 
-#: Bytes of key columns a process keeps for lookups (see :class:`_KeyCache`).
+#: Bytes of key columns a process keeps for lookups, by file (least recently used dropped
+#: past it). Data files never change (unique names), so a cached column stays right; a writer
+#: then reads only the files added since its last lookup.
 KEY_CACHE_BYTES = 256 * 1024 * 1024
-_KEYS = _KeyCache(KEY_CACHE_BYTES)
+_KEYS: SizedLRU[_StoredKeys] = SizedLRU(KEY_CACHE_BYTES, lambda stored: stored.nbytes)
 
 
 def _cache_key(path: str, file_size: int, schema: pa.Schema, key: Sequence[str]
@@ -385,10 +353,4 @@ __all__ = [
 ]
 
 
-def _forget_keys() -> None:
-    """In a forked child: start with an empty cache and a fresh lock."""
-    global _KEYS
-    _KEYS = _KeyCache(KEY_CACHE_BYTES)
-
-
-os.register_at_fork(after_in_child=_forget_keys)
+os.register_at_fork(after_in_child=lambda: _KEYS.after_fork(keep=False))

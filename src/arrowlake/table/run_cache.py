@@ -15,8 +15,6 @@ keyed by a file's location and the schema it was read in stays right until it is
 from __future__ import annotations
 
 import os
-import threading
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -25,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from arrowlake.errors import ValidationError
+from arrowlake.io.lru import SizedLRU
 from arrowlake.io.writer import DataFileWriter
 from arrowlake.scan.split import FileTask
 
@@ -77,44 +76,11 @@ class DecodedRun:
         return cls(rows, keys, ordered)
 
 
-class RunCache:
-    """Decoded data files, least recently used first out, bounded in bytes (see the module
-    doc): a writer that keeps upserting into a table decodes each run once, when it writes
-    it, instead of at every write that touches its bucket."""
-
-    def __init__(self) -> None:
-        self._entries: OrderedDict[tuple[str, int], DecodedRun] = OrderedDict()
-        self._bytes = 0
-        self._lock = threading.Lock()
-
-    def get(self, key: tuple[str, int]) -> DecodedRun | None:
-        with self._lock:
-            run = self._entries.get(key)
-            if run is not None:
-                self._entries.move_to_end(key)
-            return run
-
-    def put(self, key: tuple[str, int], run: DecodedRun, limit: int) -> None:
-        size = run.rows.nbytes
-        with self._lock:
-            if key in self._entries or size > limit:
-                return
-            self._entries[key] = run
-            self._bytes += size
-            while self._bytes > limit:
-                _, old = self._entries.popitem(last=False)
-                self._bytes -= old.rows.nbytes
-
-    def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
-            self._bytes = 0
-
-    def after_fork(self) -> None:
-        self._lock = threading.Lock()  # the parent's may have been held while forking
-
-
-RUNS = RunCache()
+#: Decoded data files by (path, schema id), least recently used first out, bounded in bytes
+#: by :func:`run_cache_bytes` of the table that fills it (see the module doc): a writer that
+#: keeps upserting into a table decodes each run once, when it writes it, instead of at every
+#: write that touches its bucket.
+RUNS: SizedLRU[DecodedRun] = SizedLRU(0, lambda run: run.rows.nbytes)
 os.register_at_fork(after_in_child=RUNS.after_fork)
 
 
