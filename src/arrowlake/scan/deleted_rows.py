@@ -30,6 +30,7 @@ from arrowlake.errors import DataFileError
 from arrowlake.io.deletion_vectors import VectorRef, keep_mask
 from arrowlake.io.lru import SizedLRU
 from arrowlake.io.storage import Storage
+from arrowlake.scan.grouping import consecutive_groups
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
@@ -58,7 +59,8 @@ def read_ahead(items: Sequence[_T], read: Callable[[_T], _R], ahead: int = READ_
     ``group_bytes`` (by ``size``), one group per task, and up to ``ahead`` groups at once on
     as many threads as the machine has cores (at most ``ahead``).
     """
-    groups = _grouped(items, size, group_bytes) if size is not None and group_bytes > 0 \
+    groups = consecutive_groups(items, size, group_bytes) \
+        if size is not None and group_bytes > 0 \
         else [[item] for item in items]
     if len(groups) <= 1:
         for item in items:
@@ -88,24 +90,6 @@ def read_ahead(items: Sequence[_T], read: Callable[[_T], _R], ahead: int = READ_
         finally:
             for _, future in pending:
                 future.cancel()
-
-
-def _grouped(items: Sequence[_T], size: Callable[[_T], int], limit: int) -> list[list[_T]]:
-    """``items`` in order, cut into runs of consecutive ones of up to ``limit`` bytes (an item
-    larger than that is a run of its own)."""
-    groups: list[list[_T]] = []
-    current: list[_T] = []
-    total = 0
-    for item in items:
-        n = size(item)
-        if current and total + n > limit:
-            groups.append(current)
-            current, total = [], 0
-        current.append(item)
-        total += n
-    if current:
-        groups.append(current)
-    return groups
 
 
 #: Row group starts of recently read files, by path (data files are never rewritten).

@@ -36,6 +36,7 @@ from arrowlake.io.storage import Storage
 from arrowlake.merge.bucketing import buckets_for_keys
 from arrowlake.merge.runs import KIND_FIELD, KIND_FIELD_ID, key_bounds_compare, key_range
 from arrowlake.metastore.store import Metastore, TableRecord
+from arrowlake.scan.grouping import consecutive_groups
 from arrowlake.scan.split import FileTask, MergeSpec, Split
 
 # More partition ids than this are not sent to SQL as an IN list; files are filtered in Arrow.
@@ -254,19 +255,8 @@ def group_tasks(tasks: Sequence[FileTask], *, whole_buckets: bool,
         units = list(by_bucket.values())
     else:
         units = [[task] for task in tasks]
-    groups: list[list[FileTask]] = []
-    current: list[FileTask] = []
-    size = 0
-    for unit in units:
-        unit_size = sum(t.file_size for t in unit)
-        if current and size + unit_size > target_bytes:
-            groups.append(current)
-            current, size = [], 0
-        current.extend(unit)
-        size += unit_size
-    if current:
-        groups.append(current)
-    return groups
+    return [[task for unit in group for task in unit] for group in consecutive_groups(
+        units, lambda unit: sum(t.file_size for t in unit), target_bytes)]
 
 
 def make_splits(
