@@ -8,6 +8,7 @@ import time
 import pytest
 
 from arrowlake.scan.deleted_rows import read_ahead
+from arrowlake.scan.grouping import consecutive_groups
 
 
 def test_results_come_in_order_while_several_are_read_at_once() -> None:
@@ -77,3 +78,12 @@ def test_items_that_fit_in_one_group_are_read_on_the_calling_thread() -> None:
     assert list(read_ahead(list(range(6)), read, size=lambda _: 10, group_bytes=100)) == \
         [(i, i) for i in range(6)]
     assert seen == {caller}
+
+
+def test_consecutive_groups_keep_the_order_and_the_bound() -> None:
+    sizes = [1, 2, 3, 4, 9, 1, 1]
+    groups = consecutive_groups(sizes, lambda n: n, 5)
+    assert groups == [[1, 2], [3], [4], [9], [1, 1]]
+    assert [n for g in groups for n in g] == sizes
+    assert all(sum(g) <= 5 or len(g) == 1 for g in groups)
+    assert consecutive_groups([], len, 5) == []
