@@ -59,16 +59,14 @@ def read_ahead(items: Sequence[_T], read: Callable[[_T], _R], ahead: int = READ_
     ``group_bytes`` (by ``size``), one group per task, and up to ``ahead`` groups at once on
     as many threads as the machine has cores (at most ``ahead``).
     """
-    groups = consecutive_groups(items, size, group_bytes) \
-        if size is not None and group_bytes > 0 \
+    grouped = size is not None and group_bytes > 0
+    groups = consecutive_groups(items, size, group_bytes) if size is not None and grouped \
         else [[item] for item in items]
     if len(groups) <= 1:
         for item in items:
             yield item, read(item)
         return
-    workers = min(ahead, len(groups))
-    if size is not None and group_bytes > 0:
-        workers = min(workers, os.cpu_count() or 1)
+    workers = min(ahead, len(groups), (os.cpu_count() or 1) if grouped else ahead)
 
     def read_group(group: list[_T]) -> list[_R]:
         return [read(item) for item in group]
