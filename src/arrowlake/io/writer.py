@@ -10,6 +10,7 @@ for the commit, and on failure delete what they wrote.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import threading
@@ -32,6 +33,7 @@ from arrowlake.io.stats import (
     partition_path,
 )
 from arrowlake.io.storage import Storage, discard_after_failure
+from arrowlake.metastore.inflight import CURRENT_WRITE
 from arrowlake.metastore.store import NewFile
 
 _T = TypeVar("_T")
@@ -130,6 +132,10 @@ class FileTarget:
     schema: pa.Schema  # the table schema (with field ids) the files are written in
     schema_id: int
     options: WriteOptions
+    # The registration of the write in flight the files belong to (their names start with
+    # it, see metastore/inflight.py): by default the one current where the target is made,
+    # since the files themselves are written on the write pool's threads.
+    write_id: str | None = dataclasses.field(default_factory=CURRENT_WRITE.get)
 
 
 class DataFileWriter:
@@ -196,7 +202,8 @@ class DataFileWriter:
             pending.result()
 
     def _open(self) -> None:
-        name = f"{uuid.uuid4().hex}.parquet"
+        name = f"{uuid.uuid4().hex}.parquet" if self.target.write_id is None else \
+            f"{self.target.write_id}-{uuid.uuid4().hex[:16]}.parquet"
         rel = f"{self.directory}/{name}" if self.directory else name
         self._path = rel
         abs_path = self.target.storage.join(self.target.location, rel)

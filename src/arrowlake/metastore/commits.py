@@ -19,6 +19,7 @@ from arrowlake.errors import CommitConflict
 from arrowlake.metastore import signals
 from arrowlake.metastore import tables as t
 from arrowlake.metastore.database import Database
+from arrowlake.metastore.inflight import CURRENT_WRITE, InflightWrites
 from arrowlake.metastore.records import (
     DELETION_VECTORS_PROPERTY,
     FILE_COLUMNS,
@@ -78,8 +79,9 @@ class Commits(Database):
         read-only database :class:`ReadOnlyLake`; neither is retried.
         """
         check_commit_id(change.commit_id)
+        write_id = change.write_id or CURRENT_WRITE.get()
         result = self._committing(table_id, lambda conn, token, retrying: self._commit_once(
-            conn, table_id, base_snapshot_id, change, token, retrying))
+            conn, table_id, base_snapshot_id, change, token, retrying, write_id))
         assert result is not None
         return result
 
@@ -104,7 +106,10 @@ class Commits(Database):
             if change is None:
                 return None
             check_commit_id(change.commit_id)
-            return self._commit_once(conn, table_id, current, change, token, retrying)
+            return self._commit_once(conn, table_id, current, change, token, retrying,
+                                     change.write_id or write_id)
+
+        write_id = CURRENT_WRITE.get()
 
         return self._committing(table_id, once)
 
@@ -158,16 +163,16 @@ class Commits(Database):
 
     def _commit_once(self, conn: Connection, table_id: int, base: int | None,
                      change: SnapshotChange, token: str | None = None,
-                     retrying: bool = False) -> tuple[int, bool]:
+                     retrying: bool = False, write_id: str | None = None) -> tuple[int, bool]:
         tbl = t.tables.c
         # The row lock also waits out an earlier attempt of this commit that the database may
         # still be finishing, so the token lookup below sees whether it landed.
         row = conn.execute(sa.select(tbl.current_snapshot_id, tbl.last_snapshot_id,
-                                     tbl.properties).where(
+                                     tbl.properties, tbl.next_row_id).where(
             tbl.table_id == table_id).with_for_update()).first()
         if row is None:
             raise self._dropped(table_id)
-        current, last = row[0], int(row[1])
+        current, last, first_row_id = row[0], int(row[1]), int(row[3])
         if retrying and token is not None:
             mine = self._landed(table_id, token, conn)
             if mine is not None:
@@ -178,6 +183,9 @@ class Commits(Database):
                 & (t.snapshots.c.commit_id == change.commit_id))).first()
             if dup is not None:
                 return int(dup[0]), True
+        if write_id is not None and (change.add or change.changelog or change.tombstones
+                                     or change.vectors):
+            InflightWrites.check_registered(conn, write_id)
         if change.deletion_vectors is not None and \
                 deletion_vectors_on(json.loads(row[2])) != change.deletion_vectors:
             planned = "deletion vectors" if change.deletion_vectors else "merge-on-read runs"
@@ -222,8 +230,13 @@ class Commits(Database):
         partition_ids = self._partition_ids(conn, table_id, [*change.add, *change.changelog,
                                                              *change.tombstones])
         if change.add:
+            # Row lineage: each data file's rows take the next ids, in the order added.
+            starts = [first_row_id]
+            for f in change.add:
+                starts.append(starts[-1] + f.row_count)
             conn.execute(t.files.insert(), [
-                dict(table_id=table_id, path=f.path, partition_id=partition_ids.get(
+                dict(table_id=table_id, path=f.path, first_row_id=start,
+                     partition_id=partition_ids.get(
                     f.partition_path), bucket=f.bucket, added_snapshot=new_id,
                     removed_snapshot=None, schema_id=f.schema_id, row_count=f.row_count,
                     file_size=f.file_size, content=f.content, stats=f.stats, key_min=f.key_min,
@@ -232,7 +245,7 @@ class Commits(Database):
                     # compaction output keeps the sequence range of its inputs.
                     seq_min=new_id if f.seq_min is None else f.seq_min,
                     seq_max=new_id if f.seq_max is None else f.seq_max)
-                for f in change.add])
+                for f, start in zip(change.add, starts, strict=False)])
         if change.tombstones:
             conn.execute(t.files.insert(), [
                 dict(table_id=table_id, path=f.path, partition_id=partition_ids.get(
@@ -268,7 +281,8 @@ class Commits(Database):
         conn.execute(t.snapshots.insert().values(
             table_id=table_id, snapshot_id=new_id, parent_id=current, kind=change.kind,
             committed_at=committed_at, schema_id=change.schema_id, commit_id=change.commit_id,
-            write_token=token,
+            write_token=token, first_row_id=first_row_id,
+            transaction_id=change.transaction_id,
             added_files=len(change.add), removed_files=len(change.remove),
             added_rows=added_rows, removed_rows=change.removed_rows,
             total_files=totals[0] + len(change.add) - len(change.remove),
@@ -276,7 +290,8 @@ class Commits(Database):
             summary=json.dumps(change.summary)))
         res = conn.execute(t.tables.update().where(
             (tbl.table_id == table_id) & (tbl.last_snapshot_id == last)
-        ).values(current_snapshot_id=new_id, last_snapshot_id=new_id))
+        ).values(current_snapshot_id=new_id, last_snapshot_id=new_id,
+                 next_row_id=first_row_id + added_rows))
         if res.rowcount != 1:
             raise _LostRace(f"another writer committed snapshot {new_id} first")
         return new_id, False

@@ -8,7 +8,7 @@ import sqlite3
 import time
 import urllib.parse
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -300,6 +300,8 @@ class Database:
                 # Version 6 only adds the maintenance service's leases and log.
                 t.maintenance_leases.create(conn, checkfirst=True)
                 t.maintenance_log.create(conn, checkfirst=True)
+            if version <= 6:
+                self._migrate_to_7(conn)
             conn.execute(t.meta_info.update().where(t.meta_info.c.key == "version")
                          .values(value=str(t.SCHEMA_VERSION)))
 
@@ -316,7 +318,9 @@ class Database:
                 if not ddl.lstrip().startswith(header):
                     raise MetastoreError(f"Unexpected DDL for {table.name}: {ddl[:80]!r}")
                 conn.exec_driver_sql(ddl.replace(header, f"CREATE TABLE {staged} (", 1))
-                columns = ", ".join(c.name for c in table.columns)
+                # The rebuilt table has today's columns; later versions' columns start empty.
+                old = self._column_names(conn, table.name)
+                columns = ", ".join(c.name for c in table.columns if c.name in old)
                 conn.exec_driver_sql(
                     f"INSERT INTO {staged} ({columns}) SELECT {columns} FROM {table.name}")
                 conn.exec_driver_sql(f"DROP TABLE {table.name}")
@@ -324,9 +328,7 @@ class Database:
                 for index in table.indexes:
                     conn.execute(sa.schema.CreateIndex(index))
         s = t.snapshots
-        for column in (s.c.write_token, s.c.superseded_at):
-            kind = column.type.compile(dialect=conn.dialect)
-            conn.exec_driver_sql(f"ALTER TABLE {s.name} ADD COLUMN {column.name} {kind}")
+        self._add_missing_columns(conn, s, (s.c.write_token, s.c.superseded_at))
         for index in s.indexes:
             if index.name == "al_snapshots_token":
                 conn.execute(sa.schema.CreateIndex(index))
@@ -342,6 +344,63 @@ class Database:
         conn.execute(s.update().where(
             sa.func.coalesce(current, -1) != s.c.snapshot_id
         ).values(superseded_at=sa.func.coalesce(child_time, s.c.committed_at)))
+
+    @staticmethod
+    def _column_names(conn: Connection, table_name: str) -> set[str]:
+        return {c["name"] for c in sa.inspect(conn).get_columns(table_name)}
+
+    def _add_missing_columns(self, conn: Connection, table: sa.Table,
+                             columns: Sequence[sa.Column[Any]]) -> None:
+        """Add ``columns`` to ``table`` where it lacks them (a table rebuilt by the version 2
+        migration already has every column of today)."""
+        present = self._column_names(conn, table.name)
+        for column in columns:
+            if column.name in present:
+                continue
+            kind = column.type.compile(dialect=conn.dialect)
+            default = column.server_default
+            tail = "" if column.nullable else \
+                f" NOT NULL DEFAULT {default.arg}"  # type: ignore[union-attr]
+            conn.exec_driver_sql(
+                f"ALTER TABLE {table.name} ADD COLUMN {column.name} {kind}{tail}")
+
+    def _migrate_to_7(self, conn: Connection) -> None:
+        """Version 7: in-flight writes, row lineage and transaction ids. Existing data files
+        get row ids in commit order (by snapshot, then file id), as if lineage had always been
+        kept; each snapshot's first row id is where its own files' ids start."""
+        t.writes.create(conn, checkfirst=True)
+        self._add_missing_columns(conn, t.tables, [t.tables.c.next_row_id])
+        self._add_missing_columns(conn, t.files, [t.files.c.first_row_id])
+        self._add_missing_columns(conn, t.snapshots, [t.snapshots.c.first_row_id,
+                                                      t.snapshots.c.transaction_id])
+        f, s = t.files.c, t.snapshots.c
+        for table_id in conn.execute(sa.select(t.tables.c.table_id)).scalars().all():
+            rows = conn.execute(sa.select(f.file_id, f.added_snapshot, f.row_count).where(
+                (f.table_id == table_id) & (f.content == "data")
+            ).order_by(f.added_snapshot, f.file_id)).all()
+            next_id = 0
+            added: dict[int, int] = {}  # snapshot -> rows of the data files it added
+            updates = []
+            for file_id, snapshot, count in rows:
+                updates.append({"fid": int(file_id), "first": next_id})
+                added[int(snapshot)] = added.get(int(snapshot), 0) + int(count)
+                next_id += int(count)
+            if updates:
+                conn.execute(t.files.update().where(f.file_id == sa.bindparam("fid"))
+                             .values(first_row_id=sa.bindparam("first")), updates)
+            snapshot_ids = conn.execute(sa.select(s.snapshot_id).where(
+                s.table_id == table_id)).scalars().all()
+            first, running = {}, 0
+            for sid in sorted({*added, *(int(x) for x in snapshot_ids)}):
+                first[sid] = running
+                running += added.get(sid, 0)
+            if snapshot_ids:
+                conn.execute(t.snapshots.update().where(
+                    (s.table_id == table_id) & (s.snapshot_id == sa.bindparam("sid"))
+                ).values(first_row_id=sa.bindparam("first")),
+                    [{"sid": int(x), "first": first[int(x)]} for x in snapshot_ids])
+            conn.execute(t.tables.update().where(t.tables.c.table_id == table_id)
+                         .values(next_row_id=next_id))
 
     @staticmethod
     def _dropped(table_id: int) -> TableNotFound:

@@ -35,6 +35,7 @@ from arrowlake.errors import (
 from arrowlake.metastore import tables as t
 from arrowlake.metastore.commits import Commits
 from arrowlake.metastore.database import Database, sqlite_read_only_uri
+from arrowlake.metastore.inflight import InflightWrites
 from arrowlake.metastore.maintenance import MaintenanceRecords
 from arrowlake.metastore.records import (
     FILE_COLUMNS,
@@ -61,7 +62,7 @@ _FOUND_FILE_SCHEMA = pa.schema([("_snapshot", pa.int64()), *FILE_SCHEMA])
 _WHOLE_VECTORS_FILES = 4096
 
 
-class Metastore(Commits, Streams, MaintenanceRecords):
+class Metastore(Commits, Streams, MaintenanceRecords, InflightWrites):
     """Namespaces, tables, snapshots and files in a SQL database.
 
     An SQLite database file this process may not write is opened read-only: reads work, every

@@ -29,8 +29,12 @@ from sqlalchemy import (
 #: consumers' leases (``al_consumer_leases``). Version 5: deletion vectors of primary-key
 #: tables written in merge-on-write mode (``al_vectors``). Version 6: the maintenance service's
 #: bucket leases (``al_maintenance_leases``) and each table's last maintenance actions
-#: (``al_maintenance_log``).
-SCHEMA_VERSION = 6
+#: (``al_maintenance_log``). Version 7: writes in flight (``al_writes``), so that orphan removal
+#: never deletes the files of a write that has not committed yet; row lineage
+#: (``al_tables.next_row_id``, ``al_files.first_row_id``, ``al_snapshots.first_row_id``), the
+#: row ids Iceberg v3 readers see; the lake transaction a snapshot was committed in
+#: (``al_snapshots.transaction_id``).
+SCHEMA_VERSION = 7
 
 metadata = MetaData()
 
@@ -66,6 +70,9 @@ tables = Table(
     Column("buckets", Integer, nullable=True),
     Column("properties", Text, nullable=False, default="{}"),
     Column("created_at", BigInteger, nullable=False),
+    # Row lineage: the first row id the next committed data file gets (its rows take the ids
+    # from there on, in file order).
+    Column("next_row_id", BigInteger, nullable=False, default=0, server_default="0"),
     UniqueConstraint("namespace", "name", name="al_tables_name"),
     # A handle to a dropped table must never find a new table under its id, and a planned
     # removal of file ids never an unrelated new file: ids are never handed out twice.
@@ -106,6 +113,11 @@ snapshots = Table(
     # When the next snapshot replaced this one as current (epoch ms); null while current.
     # Kept after the next snapshot expires, so time travel knows this one had been replaced.
     Column("superseded_at", BigInteger, nullable=True),
+    # Row lineage: the row id of the first row of the data files this snapshot added.
+    Column("first_row_id", BigInteger, nullable=True),
+    # The lake transaction that committed this snapshot together with other tables' (null for
+    # a write committed alone).
+    Column("transaction_id", String(64), nullable=True),
     PrimaryKeyConstraint("table_id", "snapshot_id"),
     ForeignKeyConstraint(["table_id"], ["al_tables.table_id"], ondelete="CASCADE"),
     Index("al_snapshots_commit", "table_id", "commit_id"),
@@ -144,6 +156,9 @@ files = Table(
     Column("key_max", Text, nullable=True),
     Column("seq_min", BigInteger, nullable=True),
     Column("seq_max", BigInteger, nullable=True),
+    # Row lineage (data files): the id of the file's first row; row i has first_row_id + i.
+    # Assigned once, by the commit that adds the file, so every publication agrees on it.
+    Column("first_row_id", BigInteger, nullable=True),
     ForeignKeyConstraint(["table_id"], ["al_tables.table_id"], ondelete="CASCADE"),
     Index("al_files_added", "table_id", "added_snapshot"),
     Index("al_files_removed", "table_id", "removed_snapshot"),
@@ -240,4 +255,26 @@ maintenance_log = Table(
     Column("detail", Text, nullable=False, default="{}"),  # JSON: what it did
     PrimaryKeyConstraint("table_id", "action"),
     ForeignKeyConstraint(["table_id"], ["al_tables.table_id"], ondelete="CASCADE"),
+)
+
+writes = Table(
+    "al_writes",
+    metadata,
+    # A write in flight: registered before it writes its first file, ended when it commits or
+    # aborts. Every file it puts under the table's location starts with its ``write_id``, so
+    # orphan removal skips them while the row exists; orphan removal deletes the row of a write
+    # whose holder is gone (or whose lease ran out) before it deletes any of its files, and a
+    # commit checks the row inside its transaction, so a write whose files may be gone never
+    # commits.
+    Column("write_id", String(32), primary_key=True),
+    # The table written (null: several, in one lake transaction). Orphan removal of any table
+    # honours every registration: the id in a file's name is what counts.
+    Column("table_id", Integer, nullable=True),
+    Column("kind", String(32), nullable=False),  # append, upsert, spark, dask, flight, ...
+    Column("host", String(255), nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("started_at", BigInteger, nullable=False),  # epoch ms
+    Column("expires_at", BigInteger, nullable=False),  # epoch ms; the holder renews it
+    ForeignKeyConstraint(["table_id"], ["al_tables.table_id"], ondelete="CASCADE"),
+    Index("al_writes_table", "table_id"),
 )

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import time
 import uuid
-from typing import Any
 
+from arrowlake.metastore.holders import HOST, holder_alive
 from arrowlake.metastore.store import Metastore
 from arrowlake.metastore.streams import LeaseHolder
 
@@ -20,41 +19,7 @@ from arrowlake.metastore.streams import LeaseHolder
 LEASE_SECONDS = 60.0
 
 
-def _where_this_runs() -> str:
-    """The machine and PID namespace this process runs in: where its process id means it."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            boot = f.read().strip()
-        namespace = os.readlink("/proc/self/ns/pid")
-    except OSError:
-        return socket.gethostname()[:255]
-    return f"{socket.gethostname()[:150]} (boot {boot}, {namespace})"
-
-
-_HOST = _where_this_runs()
-#: Where this process runs, as lease rows record it (the maintenance service's leases too).
-HOST = _HOST
-
-
-def _holder_alive(lease: Any) -> bool | None:
-    """Whether the stream holding a lease row is alive: False when its process is known to be
-    gone, None when that cannot be told from here (another machine: its lease's expiry
-    decides)."""
-    if lease.host != _HOST:
-        return None
-    if lease.pid == os.getpid():
-        return True  # another open stream of this process
-    try:
-        os.kill(int(lease.pid), 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True  # it exists (another user's process)
-    return True
-
-
-#: Whether a lease row's holder is alive (True/False), or cannot be told from here (None).
-holder_alive = _holder_alive
+_HOST = HOST  # recorded in this process's leases (tests pose as another machine by changing it)
 
 
 class Lease:
@@ -78,7 +43,7 @@ class Lease:
     def take(self) -> None:
         """Hold the consumer id (ConsumerInUse while another open stream holds it)."""
         self.metastore.acquire_consumer_lease(self.table_id, self.consumer, self.holder,
-                                              self.ms, _holder_alive)
+                                              self.ms, holder_alive)
         self.held, self.renewed = True, time.monotonic()
 
     def keep(self) -> None:

@@ -1,0 +1,93 @@
+"""Python environments for other engines' clients, built once and kept outside the clone.
+
+Some tests must run code that cannot share the main environment: the lowest PySpark we claim
+(4.1, the only Spark with an Iceberg runtime on Maven Central), and engines reading our tables
+with arrowlake *not* installed (pyiceberg, DuckDB 1.5.5 with its Iceberg extension). Each
+environment is a virtualenv named for the hash of its requirements, under
+``$ARROWLAKE_TEST_ENVS`` (default ``~/.cache/arrowlake/test-envs``), so a clean clone reuses
+it and a change of requirements builds a new one. Building takes a lock, so two test
+processes never build the same environment at once, and is complete only once a marker file
+is written last; a build that died half way is thrown away and started again.
+
+arrowlake itself is never installed there. A test that wants it on the path (the Spark 4.1
+tests of our own data source) puts ``src/`` on ``PYTHONPATH``, as the cluster tests do.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: The lowest PySpark that pyproject.toml claims, exactly.
+PYSPARK_LOWEST = "4.1.4"
+#: The Iceberg runtime for that Spark (Maven Central has it for Spark 4.1 only).
+ICEBERG_SPARK_RUNTIME = "org.apache.iceberg:iceberg-spark-runtime-4.1_2.13:1.12.0"
+DUCKDB_ICEBERG = "1.5.5"
+
+#: Requirements per environment. ``spark41`` also holds arrowlake's own dependencies, so tests
+#: can run our data source on PySpark 4.1 with ``src/`` on the path.
+ENVIRONMENTS: dict[str, list[str]] = {
+    "spark41": [
+        f"pyspark[connect]=={PYSPARK_LOWEST}",
+        "pyarrow>=16",
+        "pandas>=2.0",
+        "numpy>=1.26",
+        "sqlalchemy>=2.0",
+        "pyroaring>=1.0",
+        "obstore>=0.6",
+        "psycopg[binary]>=3.1",
+    ],
+    "iceberg-clients": [
+        "pyiceberg[pyarrow]==0.12.0",
+        f"duckdb=={DUCKDB_ICEBERG}",
+        f"duckdb-extension-iceberg=={DUCKDB_ICEBERG}",
+        f"duckdb-extension-avro=={DUCKDB_ICEBERG}",
+        "pyarrow>=16",
+    ],
+}
+
+
+def envs_root() -> Path:
+    return Path(os.environ.get("ARROWLAKE_TEST_ENVS",
+                               Path.home() / ".cache" / "arrowlake" / "test-envs"))
+
+
+class ClientEnvError(RuntimeError):
+    pass
+
+
+def client_python(name: str) -> Path:
+    """The Python executable of environment ``name``, building it first if needed."""
+    requirements = ENVIRONMENTS[name]
+    digest = hashlib.sha256("\n".join([sys.version.split()[0], *requirements])
+                            .encode()).hexdigest()[:12]
+    root = envs_root()
+    root.mkdir(parents=True, exist_ok=True)
+    env = root / f"{name}-{digest}"
+    python = env / "bin" / "python"
+    marker = env / ".complete"
+    with open(root / f"{name}-{digest}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if marker.exists():
+            return python
+        if env.exists():
+            shutil.rmtree(env)
+        try:
+            subprocess.run([sys.executable, "-m", "venv", str(env)], check=True,
+                           capture_output=True, text=True)
+            subprocess.run([str(python), "-m", "pip", "install", "-q", *requirements],
+                           check=True, capture_output=True, text=True)
+        except subprocess.CalledProcessError as exc:
+            raise ClientEnvError(
+                f"Building the test environment {name!r} at {env} failed "
+                f"({' '.join(map(str, exc.cmd[:4]))} ...):\n{exc.stdout}\n{exc.stderr}"
+            ) from exc
+        marker.write_text("\n".join(requirements) + "\n")
+    return python
