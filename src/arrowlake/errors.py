@@ -105,6 +105,12 @@ class DataFileError(StorageError):
     """A data file that the metastore lists is missing, truncated or not valid Parquet."""
 
 
+class NoIcebergView(ArrowlakeError):
+    """The table (or the snapshot asked for) cannot be published as Iceberg metadata: a
+    merge-on-read primary-key table, or a column of a type Iceberg lacks. The message says
+    why, and how to change that where it can be changed."""
+
+
 class MissingDependency(ArrowlakeError, ImportError):
     """An optional dependency is needed for this call; the message names the extra to install."""
 
