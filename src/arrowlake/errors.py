@@ -7,15 +7,22 @@ of missing things also subclass :class:`LookupError`, so generic handlers keep w
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 
 class ArrowlakeError(Exception):
     """Base class of every error arrowlake raises on purpose."""
 
+    #: The gRPC status ``arrowlake serve`` answers this error with (the README's Flight section
+    #: lists them). Only codes that pyarrow's Flight server can send are used: it cannot send
+    #: ABORTED, FAILED_PRECONDITION or ALREADY_EXISTS from Python.
+    grpc_status: ClassVar[str] = "UNKNOWN"
+
 
 class ValidationError(ArrowlakeError, ValueError):
     """The input was not acceptable; nothing was written."""
+
+    grpc_status = "INVALID_ARGUMENT"
 
 
 class InvalidName(ValidationError):
@@ -48,6 +55,8 @@ class FilterSyntaxError(ValidationError):
 class NotFound(ArrowlakeError, LookupError):
     """Something that was asked for does not exist."""
 
+    grpc_status = "NOT_FOUND"
+
     def __str__(self) -> str:  # LookupError would quote the message like a dict key
         return str(self.args[0]) if self.args else ""
 
@@ -71,6 +80,9 @@ class TagNotFound(NotFound):
 class AlreadyExists(ArrowlakeError):
     """Something to be created exists already."""
 
+    # ALREADY_EXISTS cannot be sent by pyarrow's server (no Flight call creates anything)
+    grpc_status = "UNKNOWN"
+
 
 class TableAlreadyExists(AlreadyExists):
     pass
@@ -79,30 +91,46 @@ class TableAlreadyExists(AlreadyExists):
 class CommitConflict(ArrowlakeError):
     """A commit lost a race that cannot be resolved by retrying; the table is unchanged."""
 
+    # gRPC's ABORTED is not in Flight's codes (C++ and Java clients turn it into INTERNAL or
+    # UNAVAILABLE): UNAVAILABLE says what to do, send the write again later.
+    grpc_status = "UNAVAILABLE"
+
 
 class ConsumerInUse(ArrowlakeError):
     """Another open stream holds the consumer id (its lease has not expired)."""
+
+    grpc_status = "UNAVAILABLE"
 
 
 class ModeSwitched(ArrowlakeError):
     """A stream reached snapshots written in another mode (deletion vectors or merge on read)
     than the one it reads the table in: the table's mode was switched."""
 
+    grpc_status = "UNKNOWN"
+
 
 class MetastoreError(ArrowlakeError):
     """The metastore database is unusable (wrong version, corrupt rows)."""
+
+    grpc_status = "INTERNAL"
 
 
 class StorageError(ArrowlakeError, OSError):
     """An object or file could not be read or written after retries."""
 
+    grpc_status = "UNAVAILABLE"  # after retries, but storage outages pass
+
 
 class ReadOnlyLake(ArrowlakeError, PermissionError):
     """The lake (its metastore or its folder) can be read but not written."""
 
+    grpc_status = "PERMISSION_DENIED"
+
 
 class DataFileError(StorageError):
     """A data file that the metastore lists is missing, truncated or not valid Parquet."""
+
+    grpc_status = "INTERNAL"  # gRPC's DATA_LOSS, which Flight clients read as INTERNAL
 
 
 class NoIcebergView(ArrowlakeError):
@@ -113,6 +141,8 @@ class NoIcebergView(ArrowlakeError):
 
 class MissingDependency(ArrowlakeError, ImportError):
     """An optional dependency is needed for this call; the message names the extra to install."""
+
+    grpc_status = "UNIMPLEMENTED"
 
 
 def require(module: str, extra: str, feature: str) -> Any:

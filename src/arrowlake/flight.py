@@ -48,6 +48,7 @@ import pyarrow as pa
 
 from arrowlake.errors import ArrowlakeError, NotFound, SnapshotNotFound, ValidationError, require
 from arrowlake.lake import Lake
+from arrowlake.scan.scan import Scan
 from arrowlake.scan.split import Split
 from arrowlake.table import staged
 
@@ -59,6 +60,9 @@ _SCAN_KEYS = {"table", "filter", "columns", "snapshot", "split_bytes"}
 _PUT_KEYS = {"table", "mode", "commit_id"}
 _PUT_MODES = ("append", "upsert")
 _PLAN_CACHE = 64  # plans kept for do_get
+#: Without ``split_bytes``, a scan is cut into at least this many endpoints where its files (or
+#: primary-key buckets) allow, so that a client reading endpoints on threads uses its cores.
+MIN_ENDPOINTS = 8
 
 
 def _flight() -> Any:
@@ -152,43 +156,134 @@ def read_tokens(path: str | Path) -> list[str]:
 
 
 # -- errors ---------------------------------------------------------------------------------------
+#
+# What pyarrow 26 lets a Python Flight server send (python/pyarrow/_flight.pyx, and
+# cpp/src/arrow/flight/transport.cc and transport/grpc/util_internal.cc):
+#
+# - A Flight error class raised in a handler is sent as it is: its message, its ``extra_info``
+#   (trailer ``grpc-status-details-bin``) and its code: FlightServerError UNKNOWN,
+#   FlightInternalError INTERNAL, FlightUnavailableError UNAVAILABLE, FlightUnauthorizedError
+#   PERMISSION_DENIED, FlightUnauthenticatedError UNAUTHENTICATED, FlightCancelledError
+#   CANCELLED, FlightTimedOutError DEADLINE_EXCEEDED. No Flight class gives NOT_FOUND,
+#   INVALID_ARGUMENT or UNIMPLEMENTED, and get_schema's callback does not handle Flight errors
+#   at all (they arrive as UNKNOWN, with a traceback).
+# - Any other exception becomes an Arrow status by its Python type (KeyError NOT_FOUND,
+#   ValueError INVALID_ARGUMENT, NotImplementedError UNIMPLEMENTED, others UNKNOWN; no type
+#   gives ALREADY_EXISTS), and pyarrow appends its formatted traceback to the message
+#   (". Detail: Python exception: Traceback ..."), frames, file paths and source lines included.
+#   Middleware hears of the error before that text is formatted: _TracebackTrimmer cuts the
+#   traceback after pyarrow's own callback frame, so what is appended names pyarrow's callback
+#   and the error's status class, and nothing of the server.
 
 _R = TypeVar("_R")
+ERROR_TRAILER = "arrowlake-error"  # every error's arrowlake class name, as a trailer
 
 
-def _flight_error(exc: BaseException) -> BaseException:
-    """The Flight error the client sees for ``exc``: our message, and the error's class name
-    in ``extra_info`` (``b"TableNotFound"``), without the server's traceback."""
+class ErrorStatus(Exception):
+    """An arrowlake error on its way to a Flight client with a status code that pyarrow sends
+    only for Python's own exception types (the subclasses); ``UnknownStatus`` is UNKNOWN."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.trimmed = False
+
+    def __str__(self) -> str:
+        # Once the message has been taken, the appended detail need not repeat it.
+        return "" if self.trimmed else str(self.args[0])
+
+
+class NotFoundStatus(ErrorStatus, KeyError):
+    pass
+
+
+class InvalidArgumentStatus(ErrorStatus, ValueError):
+    pass
+
+
+class UnimplementedStatus(ErrorStatus, NotImplementedError):
+    pass
+
+
+class UnknownStatus(ErrorStatus):
+    pass
+
+
+_PYTHON_STATUSES: dict[str, type[ErrorStatus]] = {
+    "NOT_FOUND": NotFoundStatus,
+    "INVALID_ARGUMENT": InvalidArgumentStatus,
+    "UNIMPLEMENTED": UnimplementedStatus,
+}
+
+
+def _flight_statuses() -> dict[str, type]:
     fl = _flight()
-    name = type(exc).__name__
+    return {"UNKNOWN": fl.FlightServerError, "INTERNAL": fl.FlightInternalError,
+            "UNAVAILABLE": fl.FlightUnavailableError,
+            "PERMISSION_DENIED": fl.FlightUnauthorizedError,
+            "UNAUTHENTICATED": fl.FlightUnauthenticatedError,
+            "CANCELLED": fl.FlightCancelledError, "DEADLINE_EXCEEDED": fl.FlightTimedOutError}
+
+
+def grpc_status(exc: BaseException) -> str:
+    """The gRPC status code ``arrowlake serve`` answers ``exc`` with."""
     if isinstance(exc, ArrowlakeError):
-        return fl.FlightServerError(f"{name}: {exc}", name.encode())
-    return fl.FlightInternalError(f"{name}: {exc}", name.encode())
+        return exc.grpc_status
+    return "INTERNAL"  # not an error of arrowlake's: a defect of the server
+
+
+def _flight_error(exc: BaseException, context: Any = None, *,
+                  flight_classes: bool = True) -> BaseException:
+    """The error a client receives for ``exc``: the message ``"<class>: <message>"``, the
+    class name in trailer ``arrowlake-error`` (and in ``extra_info`` where a Flight error class
+    carries the code), and the status code of :func:`grpc_status`, without the server's
+    traceback. ``flight_classes=False`` for callbacks that do not handle Flight errors."""
+    name = type(exc).__name__
+    message = f"{name}: {exc}"
+    if context is not None:
+        context.add_trailer(ERROR_TRAILER, name)
+    code = grpc_status(exc)
+    if code in _PYTHON_STATUSES:
+        return _PYTHON_STATUSES[code](message)
+    if not flight_classes:
+        return UnknownStatus(message)
+    return _flight_statuses()[code](message, name.encode())
 
 
 def _answering(func: Callable[..., _R]) -> Callable[..., _R]:
-    """Turns the errors a handler raises into Flight errors carrying their message."""
+    """Turns the errors a handler raises into the errors its client should see."""
+    flight_classes = func.__name__ != "get_schema"  # pyarrow's get_schema callback lacks them
 
-    def handler(*args: Any, **kwargs: Any) -> _R:
+    def handler(self: Any, context: Any, *args: Any) -> _R:
         fl = _flight()
         try:
-            return func(*args, **kwargs)
-        except fl.FlightError:
+            return func(self, context, *args)
+        except (fl.FlightError, ErrorStatus):
             raise
         except Exception as exc:
-            raise _flight_error(exc) from None
+            raise _flight_error(exc, context, flight_classes=flight_classes) from None
 
     handler.__name__ = func.__name__
     handler.__doc__ = func.__doc__
     return handler
 
 
-def _streamed(split: Split) -> Iterator[pa.RecordBatch]:
+def _streamed(split: Split, context: Any) -> Iterator[pa.RecordBatch]:
     """The split's batches; an error while streaming reaches the client like any other."""
     try:
         yield from split.to_batches()
     except Exception as exc:
-        raise _flight_error(exc) from None
+        raise _flight_error(exc, context) from None
+
+
+def _trim(exception: BaseException) -> None:
+    """Cut ``exception``'s traceback after pyarrow's callback frame (see above)."""
+    tb = exception.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        below = tb.tb_next
+        if not below.tb_frame.f_globals.get("__name__", "").startswith("pyarrow"):
+            tb.tb_next = None
+            return
+        tb = below
 
 
 # -- the server -----------------------------------------------------------------------------------
@@ -215,19 +310,25 @@ class _Plans:
         scan = table.scan(request.filter, request.column_list(), snapshot=request.snapshot)
         pinned = replace(request, snapshot=scan.snapshot_id)
         if pinned.snapshot is None:  # no snapshot yet: nothing to cache
-            return pinned, scan.schema, scan.plan(request.split_bytes)
+            return pinned, scan.schema, _plan(scan, request)
         key = (table._record.table_id, pinned)
         with self._lock:
             splits = self._plans.get(key)
             if splits is not None:
                 self._plans.move_to_end(key)
                 return pinned, scan.schema, splits
-        splits = scan.plan(request.split_bytes)
+        splits = _plan(scan, request)
         with self._lock:
             self._plans[key] = splits
             while len(self._plans) > self.size:
                 self._plans.popitem(last=False)
         return pinned, scan.schema, splits
+
+
+def _plan(scan: Scan, request: ScanRequest) -> list[Split]:
+    """The scan's splits: of ``split_bytes`` if asked, else the table's split size cut smaller
+    until there are :data:`MIN_ENDPOINTS` (deterministic: do_get plans again from tickets)."""
+    return scan.plan(request.split_bytes, min_splits=MIN_ENDPOINTS)
 
 
 def _put_request(descriptor: Any) -> tuple[str, str, str | None]:
@@ -294,12 +395,26 @@ def _server_class() -> type:
                 "A valid bearer token is required: send the header 'authorization: Bearer "
                 "<token>' with one of the server's tokens")
 
+    class TracebackTrimmer(fl.ServerMiddleware):  # type: ignore[name-defined]
+        """Cuts the traceback pyarrow would send with an ``ErrorStatus`` (see "errors")."""
+
+        def call_completed(self, exception: BaseException | None) -> None:
+            if isinstance(exception, ErrorStatus):
+                _trim(exception)
+                exception.trimmed = True
+
+    class TrimTracebacks(fl.ServerMiddlewareFactory):  # type: ignore[name-defined]
+        def start_call(self, info: Any, headers: dict[str, list[Any]]) -> Any:
+            return TracebackTrimmer()
+
     class LakeFlightServer(fl.FlightServerBase):  # type: ignore[name-defined]
         """Serves the tables of one lake (see the module docs)."""
 
         def __init__(self, lake: Lake, location: str, tokens: Sequence[str] | None = None,
                      tls_certificates: Sequence[tuple[bytes, bytes]] | None = None) -> None:
-            middleware = {"auth": TokenAuth(tokens)} if tokens else None
+            middleware: dict[str, Any] = {"errors": TrimTracebacks()}
+            if tokens:
+                middleware["auth"] = TokenAuth(tokens)
             super().__init__(location, middleware=middleware,
                              tls_certificates=list(tls_certificates or []))
             self.lake = lake
@@ -337,8 +452,9 @@ def _server_class() -> type:
             _, schema, splits = self.plans.plan(request)
             for split in splits:
                 if [f.file_id for f in split.files] == files:
-                    reader = pa.RecordBatchReader.from_batches(schema, _streamed(split))
-                    return fl.RecordBatchStream(reader)
+                    # A generator stream, not a reader over the generator: an error it raises
+                    # then passes pyarrow's callback frame, where TracebackTrimmer cuts.
+                    return fl.GeneratorStream(schema, _streamed(split, context))
             raise SnapshotNotFound(
                 f"The ticket's split of '{request.table}' is not in snapshot "
                 f"{request.snapshot} any more (expired?); call get_flight_info again")
@@ -365,7 +481,10 @@ def _server_class() -> type:
                     staged.discard_staged(target, [stage])
                     _check_not_cancelled(context)
                 result = staged.commit_staged(table, [stage], commit_id=commit_id)
-            answer = {"snapshot_id": result.snapshot_id, "rows": result.added_rows,
+            # A duplicate wrote nothing (upserts of deletion-vector tables report the rows
+            # they would have written).
+            rows = 0 if result.duplicate else result.added_rows
+            answer = {"snapshot_id": result.snapshot_id, "rows": rows,
                       "duplicate": result.duplicate, "table": table.name}
             writer.write(pa.py_buffer(json.dumps(answer).encode()))
 
@@ -378,6 +497,16 @@ def _server_class() -> type:
                     continue
                 descriptor = fl.FlightDescriptor.for_path(name)
                 yield fl.FlightInfo(schema, descriptor, [], -1, -1)
+
+        @_answering
+        def list_actions(self, context: Any) -> list[tuple[str, str]]:
+            return []  # no actions (pyarrow's default raises, with a traceback)
+
+        @_answering
+        def do_action(self, context: Any, action: Any) -> Iterator[Any]:
+            raise UnimplementedStatus(
+                f"arrowlake serve has no actions (asked for {action.type!r}); it serves "
+                "get_flight_info, get_schema, do_get, do_put and list_flights")
 
     return LakeFlightServer
 
