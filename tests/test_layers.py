@@ -20,7 +20,9 @@ import arrowlake
 #: Lowest first. A module may import modules of its own layer and of the layers before it.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("pure", ("arrowlake.errors", "arrowlake.schema", "arrowlake.expressions",
-              "arrowlake.pandas_arrow", "arrowlake.lazy", "arrowlake.units")),
+              "arrowlake.pandas_arrow", "arrowlake.lazy", "arrowlake.units",
+              # The native core (Rust, arrowlake._native) and its typed wrapper.
+              "arrowlake.native", "arrowlake._native")),
     ("metastore", ("arrowlake.metastore",)),
     ("io", ("arrowlake.io",)),
     ("merge", ("arrowlake.merge",)),

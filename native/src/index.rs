@@ -1,0 +1,268 @@
+//! The per-bucket key index of merge-on-write tables (`table/key_index.py`), natively.
+//!
+//! A level is a sorted array of key images (`merge/versions.py`'s `sortable_key`: integers of
+//! any width, or fixed-width byte strings that compare like the key) with a locator per entry
+//! (`file number << 40 | row position`). The functions here are `key_index.py`'s `_find`,
+//! `KeyIndex.search`, `_merge` and `build`, with the same inputs and outputs.
+
+use std::cmp::Ordering;
+
+use rayon::prelude::*;
+
+use crate::error::{KernelError, Result};
+
+/// Row positions take the low bits of a locator, the file's number in the index the rest.
+pub const POSITION_BITS: u32 = 40;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Little-endian two's complement integers of `width` bytes.
+    Signed,
+    /// Little-endian unsigned integers of `width` bytes.
+    Unsigned,
+    /// Byte strings of `width` bytes, compared as bytes.
+    Bytes,
+}
+
+/// A level's (or a batch's) key images, borrowed: `data` holds `len` values of `width` bytes.
+#[derive(Clone, Copy, Debug)]
+pub struct Image<'a> {
+    pub kind: Kind,
+    pub width: usize,
+    pub data: &'a [u8],
+}
+
+impl<'a> Image<'a> {
+    pub fn new(kind: Kind, width: usize, data: &'a [u8]) -> Result<Self> {
+        let int_width = matches!(width, 1 | 2 | 4 | 8);
+        if width == 0 || data.len() % width != 0 || (kind != Kind::Bytes && !int_width) {
+            return Err(KernelError::invalid(format!(
+                "Key images of {width} bytes cannot hold {} bytes of {kind:?} values",
+                data.len()
+            )));
+        }
+        Ok(Image { kind, width, data })
+    }
+
+    pub fn len(&self) -> usize {
+        self.data.len() / self.width
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.data.is_empty()
+    }
+
+    #[inline]
+    fn bytes(&self, i: usize) -> &'a [u8] {
+        &self.data[i * self.width..(i + 1) * self.width]
+    }
+
+    #[inline]
+    fn int(&self, i: usize) -> u64 {
+        let b = self.bytes(i);
+        let mut raw = [0u8; 8];
+        raw[..self.width].copy_from_slice(b);
+        let value = u64::from_le_bytes(raw);
+        match self.kind {
+            Kind::Signed => {
+                let shift = 64 - 8 * self.width as u32;
+                (((value << shift) as i64 >> shift) as u64) ^ (1 << 63)
+            }
+            _ => value,
+        }
+    }
+
+    /// Compare entry `i` of `self` with entry `j` of `other` (same kind and width).
+    #[inline]
+    pub fn cmp_with(&self, i: usize, other: &Image, j: usize) -> Ordering {
+        match self.kind {
+            Kind::Bytes => self.bytes(i).cmp(other.bytes(j)),
+            _ => self.int(i).cmp(&other.int(j)),
+        }
+    }
+
+    fn same_shape(&self, other: &Image) -> Result<()> {
+        if self.kind != other.kind || self.width != other.width {
+            return Err(KernelError::invalid(format!(
+                "Key images differ: {:?} of {} bytes against {:?} of {} bytes",
+                self.kind, self.width, other.kind, other.width
+            )));
+        }
+        Ok(())
+    }
+
+    /// Where `other[j]` goes in `self` (sorted): the first entry not below it.
+    #[inline]
+    fn lower_bound(&self, other: &Image, j: usize) -> usize {
+        let (mut lo, mut hi) = (0, self.len());
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if self.cmp_with(mid, other, j).is_lt() {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    }
+}
+
+/// Per key: whether `level` (sorted) holds it, and where it is or would go.
+pub fn find(level: &Image, keys: &Image) -> Result<(Vec<bool>, Vec<i64>)> {
+    level.same_shape(keys)?;
+    let pairs: Vec<(bool, i64)> = (0..keys.len())
+        .into_par_iter()
+        .with_min_len(4096)
+        .map(|j| {
+            let at = level.lower_bound(keys, j);
+            (at < level.len() && level.cmp_with(at, keys, j).is_eq(), at as i64)
+        })
+        .collect();
+    Ok(pairs.into_iter().unzip())
+}
+
+/// `KeyIndex.search`: `(slots, indices into keys)` of the keys live in the index; slots below
+/// `base.len()` are base entries, the others `base.len() +` a recent entry.
+pub fn search(base: &Image, dead: &[bool], recent: &Image, keys: &Image) -> Result<(Vec<i64>, Vec<i64>)> {
+    if dead.len() != base.len() {
+        return Err(KernelError::invalid(format!(
+            "{} dead flags for {} base entries",
+            dead.len(),
+            base.len()
+        )));
+    }
+    let (in_base, at_base) = find(base, keys)?;
+    let (in_recent, at_recent) = find(recent, keys)?;
+    let n = base.len() as i64;
+    let mut slots = Vec::new();
+    let mut incoming = Vec::new();
+    for j in 0..keys.len() {
+        if in_base[j] && !dead[at_base[j] as usize] {
+            slots.push(at_base[j]);
+            incoming.push(j as i64);
+        } else if in_recent[j] {
+            slots.push(n + at_recent[j]);
+            incoming.push(j as i64);
+        }
+    }
+    Ok((slots, incoming))
+}
+
+/// Two sorted levels as one, with their locators; `None` if they share a key.
+pub fn merge(a: &Image, a_locators: &[i64], b: &Image, b_locators: &[i64]) -> Result<Option<(Vec<u8>, Vec<i64>)>> {
+    a.same_shape(b)?;
+    if a_locators.len() != a.len() || b_locators.len() != b.len() {
+        return Err(KernelError::invalid("Each key image needs one locator"));
+    }
+    let (mut i, mut j) = (0, 0);
+    let width = a.width;
+    let mut data = Vec::with_capacity(a.data.len() + b.data.len());
+    let mut locators = Vec::with_capacity(a.len() + b.len());
+    while i < a.len() && j < b.len() {
+        match a.cmp_with(i, b, j) {
+            Ordering::Less => {
+                data.extend_from_slice(a.bytes(i));
+                locators.push(a_locators[i]);
+                i += 1;
+            }
+            Ordering::Greater => {
+                data.extend_from_slice(b.bytes(j));
+                locators.push(b_locators[j]);
+                j += 1;
+            }
+            Ordering::Equal => return Ok(None),
+        }
+    }
+    data.extend_from_slice(&a.data[i * width..]);
+    locators.extend_from_slice(&a_locators[i..]);
+    data.extend_from_slice(&b.data[j * width..]);
+    locators.extend_from_slice(&b_locators[j..]);
+    Ok(Some((data, locators)))
+}
+
+/// `key_index.build`: one level of files' sorted images minus their deleted positions, with
+/// each entry's locator; `None` when the images differ in type or a key is live twice.
+pub fn build(parts: &[(Image, Option<&[u64]>)]) -> Result<Option<(Vec<u8>, Vec<i64>)>> {
+    let Some((first, _)) = parts.first() else {
+        return Ok(None);
+    };
+    let mut entries: Vec<(u32, u32)> = Vec::new(); // (part, row)
+    for (p, (image, deleted)) in parts.iter().enumerate() {
+        if image.kind != first.kind || image.width != first.width {
+            return Ok(None);
+        }
+        if image.len() as u64 >= 1 << POSITION_BITS {
+            return Err(KernelError::unsupported("A file of 2**40 rows or more"));
+        }
+        let mut dropped = vec![false; image.len()];
+        if let Some(deleted) = deleted {
+            for &d in deleted.iter() {
+                if (d as usize) < image.len() {
+                    dropped[d as usize] = true;
+                }
+            }
+        }
+        entries.extend((0..image.len()).filter(|r| !dropped[*r]).map(|r| (p as u32, r as u32)));
+    }
+    // Each part is sorted: a stable sort merges the runs in near-linear time.
+    entries.par_sort_by(|x, y| parts[x.0 as usize].0.cmp_with(x.1 as usize, &parts[y.0 as usize].0, y.1 as usize));
+    let unique = (1..entries.len()).into_par_iter().all(|k| {
+        let (x, y) = (entries[k - 1], entries[k]);
+        parts[x.0 as usize].0.cmp_with(x.1 as usize, &parts[y.0 as usize].0, y.1 as usize).is_lt()
+    });
+    if !unique {
+        return Ok(None);
+    }
+    let mut data = Vec::with_capacity(entries.len() * first.width);
+    let mut locators = Vec::with_capacity(entries.len());
+    for (p, r) in entries {
+        data.extend_from_slice(parts[p as usize].0.bytes(r as usize));
+        locators.push(((p as i64) << POSITION_BITS) | r as i64);
+    }
+    Ok(Some((data, locators)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ints(values: &[i64]) -> Vec<u8> {
+        values.iter().flat_map(|v| v.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn negative_integers_sort_first() {
+        let level = ints(&[-5, -1, 0, 7]);
+        let keys = ints(&[-1, 3, 9, -9]);
+        let level = Image::new(Kind::Signed, 8, &level).unwrap();
+        let keys = Image::new(Kind::Signed, 8, &keys).unwrap();
+        let (found, at) = find(&level, &keys).unwrap();
+        assert_eq!(found, vec![true, false, false, false]);
+        assert_eq!(at, vec![1, 3, 4, 0]);
+    }
+
+    #[test]
+    fn merging_levels_that_share_a_key_fails() {
+        let (a, b) = (ints(&[1, 3]), ints(&[2, 3]));
+        let a = Image::new(Kind::Signed, 8, &a).unwrap();
+        let b = Image::new(Kind::Signed, 8, &b).unwrap();
+        assert!(merge(&a, &[0, 1], &b, &[2, 3]).unwrap().is_none());
+        let c = ints(&[0, 2]);
+        let c = Image::new(Kind::Signed, 8, &c).unwrap();
+        let (data, locators) = merge(&a, &[10, 11], &c, &[20, 21]).unwrap().unwrap();
+        assert_eq!(data, ints(&[0, 1, 2, 3]));
+        assert_eq!(locators, vec![20, 10, 21, 11]);
+    }
+
+    #[test]
+    fn build_drops_deleted_rows() {
+        let (a, b) = (ints(&[1, 3]), ints(&[1, 2]));
+        let a = Image::new(Kind::Signed, 8, &a).unwrap();
+        let b = Image::new(Kind::Signed, 8, &b).unwrap();
+        let deleted = [0u64];
+        let (data, locators) = build(&[(a, Some(&deleted[..])), (b, None)]).unwrap().unwrap();
+        assert_eq!(data, ints(&[1, 2, 3]));
+        assert_eq!(locators, vec![1 << 40, (1 << 40) | 1, 1]);
+        assert!(build(&[(a, None), (b, None)]).unwrap().is_none());
+    }
+}

@@ -1,0 +1,130 @@
+//! Deletion vectors: positions as Iceberg's `deletion-vector-v1` blob and back.
+//!
+//! The blob is a 4-byte big-endian length (magic and bitmap), the magic `D1 D3 39 64`, the
+//! positions as a roaring bitmap in the portable 64-bit layout (`RoaringTreemap`'s
+//! serialization, which is CRoaring's and so pyroaring's `BitMap64.serialize()`), and a
+//! 4-byte big-endian CRC-32 of the magic and the bitmap. Bitmaps are run-optimized before
+//! they are written, as `io/deletion_vectors.py` does with pyroaring.
+
+use roaring::RoaringTreemap;
+
+use crate::error::{KernelError, Result};
+
+pub const MAGIC: [u8; 4] = [0xD1, 0xD3, 0x39, 0x64];
+/// Length prefix + magic + an empty bitmap (8-byte count) + CRC.
+pub const MIN_LENGTH: usize = 4 + 4 + 8 + 4;
+
+/// The bitmap of `positions` (any order, repeats allowed).
+pub fn bitmap(positions: &[u64]) -> RoaringTreemap {
+    if positions.windows(2).all(|w| w[0] < w[1]) {
+        // Sorted and unique (what lookups and decoded vectors give): appended in one pass.
+        RoaringTreemap::from_sorted_iter(positions.iter().copied()).unwrap_or_default()
+    } else {
+        positions.iter().copied().collect()
+    }
+}
+
+/// The portable serialization of `vector`, run-optimized first.
+pub fn serialize(vector: &mut RoaringTreemap) -> Vec<u8> {
+    vector.optimize();
+    let mut bytes = Vec::with_capacity(vector.serialized_size());
+    vector.serialize_into(&mut bytes).expect("writing to a Vec cannot fail");
+    bytes
+}
+
+/// `vector` as a `deletion-vector-v1` blob.
+pub fn frame(bitmap_bytes: &[u8]) -> Vec<u8> {
+    let mut blob = Vec::with_capacity(bitmap_bytes.len() + 12);
+    blob.extend_from_slice(&((bitmap_bytes.len() + MAGIC.len()) as u32).to_be_bytes());
+    blob.extend_from_slice(&MAGIC);
+    blob.extend_from_slice(bitmap_bytes);
+    let crc = crc32fast::hash(&blob[4..]);
+    blob.extend_from_slice(&crc.to_be_bytes());
+    blob
+}
+
+/// The blob of the union of `old` and `new` positions, and its cardinality.
+pub fn encode(new: &[u64], old: Option<&[u64]>) -> (Vec<u8>, u64) {
+    let mut vector = bitmap(new);
+    if let Some(old) = old {
+        vector |= bitmap(old);
+    }
+    let cardinality = vector.len();
+    (frame(&serialize(&mut vector)), cardinality)
+}
+
+/// The bitmap bytes inside a blob, after checking its length, magic and CRC; the error says
+/// what is damaged (the caller names the file).
+pub fn unframe(blob: &[u8]) -> Result<&[u8]> {
+    if blob.len() < MIN_LENGTH {
+        return Err(KernelError::invalid(format!(
+            "{} bytes is too short for a deletion-vector-v1 blob",
+            blob.len()
+        )));
+    }
+    let length = u32::from_be_bytes(blob[..4].try_into().expect("4 bytes")) as usize;
+    if length != blob.len() - 8 {
+        return Err(KernelError::invalid(format!(
+            "its length field says {length} bytes, the blob holds {}",
+            blob.len() - 8
+        )));
+    }
+    let body = &blob[4..blob.len() - 4];
+    if body[..4] != MAGIC {
+        let hex: String = body[..4].iter().map(|b| format!("{b:02x}")).collect();
+        return Err(KernelError::invalid(format!("wrong magic {hex} (expected d1d33964)")));
+    }
+    let crc = u32::from_be_bytes(blob[blob.len() - 4..].try_into().expect("4 bytes"));
+    if crc != crc32fast::hash(body) {
+        return Err(KernelError::invalid("CRC-32 mismatch"));
+    }
+    Ok(&body[4..])
+}
+
+/// The positions of a portable 64-bit bitmap, ascending.
+pub fn positions(bitmap_bytes: &[u8]) -> Result<Vec<u64>> {
+    let vector = RoaringTreemap::deserialize_from(bitmap_bytes)
+        .map_err(|e| KernelError::invalid(format!("not a portable 64-bit roaring bitmap: {e}")))?;
+    Ok(vector.iter().collect())
+}
+
+/// The positions of a `deletion-vector-v1` blob, ascending.
+pub fn decode(blob: &[u8]) -> Result<Vec<u64>> {
+    positions(unframe(blob)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip() {
+        let positions = vec![0, 1, 2, 3, 10, 1 << 33, (1 << 33) + 5];
+        let (blob, cardinality) = encode(&positions, None);
+        assert_eq!(cardinality, 7);
+        assert_eq!(decode(&blob).unwrap(), positions);
+    }
+
+    #[test]
+    fn union_with_old_positions() {
+        let (blob, cardinality) = encode(&[5, 1], Some(&[1, 2]));
+        assert_eq!(cardinality, 3);
+        assert_eq!(decode(&blob).unwrap(), vec![1, 2, 5]);
+    }
+
+    #[test]
+    fn empty_vector_is_the_minimum_length() {
+        let (blob, _) = encode(&[], None);
+        assert_eq!(blob.len(), MIN_LENGTH);
+        assert!(decode(&blob).unwrap().is_empty());
+    }
+
+    #[test]
+    fn damage_is_named() {
+        let (mut blob, _) = encode(&[1, 2, 3], None);
+        let last = blob.len() - 5;
+        blob[last] ^= 1;
+        assert_eq!(decode(&blob).unwrap_err().message, "CRC-32 mismatch");
+        assert!(decode(&blob[..10]).unwrap_err().message.contains("too short"));
+    }
+}
