@@ -23,6 +23,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from arrowlake import native
+
 _FNV_OFFSET = np.uint64(0xCBF29CE484222325)
 _FNV_PRIME = np.uint64(0x100000001B3)
 _NULL_HASH = np.uint64(0x9E3779B97F4A7C15)
@@ -134,8 +136,32 @@ def column_hash(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return h
 
 
+def _check_hashable(col: pa.Array | pa.ChunkedArray) -> None:
+    """The numpy path's refusal of a type, before the native kernel sees the column."""
+    t = col.type
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    if not (_is_bytes(t) or pa.types.is_boolean(t) or pa.types.is_integer(t)
+            or pa.types.is_timestamp(t) or pa.types.is_duration(t) or pa.types.is_date(t)
+            or pa.types.is_time(t)):
+        raise TypeError(f"Cannot hash key values of type {t}")
+
+
+def _native_columns(table: pa.Table | pa.RecordBatch, key: Sequence[str]
+                    ) -> list[pa.Array | pa.ChunkedArray] | None:
+    if not native.enabled():
+        return None
+    columns = [table.column(name) for name in key]
+    for col in columns:
+        _check_hashable(col)
+    return columns
+
+
 def key_hash(table: pa.Table | pa.RecordBatch, key: Sequence[str]) -> np.ndarray:
     """The combined 64-bit hash of the key columns of every row."""
+    columns = _native_columns(table, key)
+    if columns is not None:
+        return native.key_hash(columns)
     h = column_hash(table.column(key[0]))
     with np.errstate(over="ignore"):
         for name in key[1:]:
@@ -145,6 +171,9 @@ def key_hash(table: pa.Table | pa.RecordBatch, key: Sequence[str]) -> np.ndarray
 
 def bucket_of(table: pa.Table | pa.RecordBatch, key: Sequence[str], buckets: int) -> pa.Array:
     """The bucket of every row, as an int32 array."""
+    columns = _native_columns(table, key)
+    if columns is not None:
+        return native.bucket_of(columns, buckets)
     h = key_hash(table, key)
     return pa.array((h % np.uint64(buckets)).astype(np.int32))
 
