@@ -4,26 +4,33 @@ Any Arrow Flight client (C++, Java, Go, Rust, Python, ...) reads and writes tabl
 
 - ``get_flight_info(descriptor)`` plans a scan and returns one endpoint per split. The
   descriptor is a command, JSON ``{"table": "shop.orders", "filter": "amount > 10",
-  "columns": ["order_id"], "snapshot": 12}`` (all but ``table`` optional), or a path
-  (``["shop.orders"]`` or ``["shop", "orders"]``) for the whole table. Every endpoint reads the
-  same snapshot (the current one unless ``snapshot`` is given).
+  "columns": ["order_id"], "snapshot": 12, "split_bytes": 33554432}`` (all but ``table``
+  optional), or a path (``["shop.orders"]`` or ``["shop", "orders"]``) for the whole table.
+  Every endpoint reads the same snapshot (the current one unless ``snapshot`` is given).
+  Without ``split_bytes`` there are at least :data:`MIN_ENDPOINTS` where the table's files
+  allow, for clients that read endpoints in parallel.
 - ``do_get(ticket)`` streams one endpoint's split. Tickets are JSON naming the scan and the
   split's files; the server re-plans from it (plans are cached), so tickets stay valid across
   server restarts while the snapshot lives.
 - ``do_put(descriptor, stream)`` writes the stream in one commit: the command is JSON
   ``{"table": "...", "mode": "append"}`` (or ``"upsert"``; optional ``"commit_id"`` makes the
-  put idempotent); a path appends. The server answers with one metadata message, JSON
-  ``{"snapshot_id": ..., "rows": ..., "duplicate": ...}``. A put commits all of its stream or
+  put idempotent); a path appends. An append to a primary-key table upserts, as
+  ``Table.append`` does. The server answers with one metadata message, JSON
+  ``{"snapshot_id": ..., "rows": ..., "duplicate": ..., "table": ...}`` (a repeated
+  ``commit_id`` answers ``"rows": 0, "duplicate": true``). A put commits all of its stream or
   nothing: a stream that ends because the client cancelled, disconnected or ran out of time
   (gRPC ends the server's reader cleanly then, and marks the call cancelled) commits nothing,
   and the files written for it are deleted.
-- ``list_flights()`` lists the tables with their schemas; ``get_schema`` gives one.
+- ``list_flights()`` lists the tables with their schemas; ``get_schema`` gives one. There are
+  no actions.
 
 Optional bearer-token authentication (``Authorization: Bearer <token>``, tokens one per line
-in a file), TLS with a certificate and key, and errors that reach the client as Flight errors
-carrying arrowlake's message. SIGTERM and SIGINT shut the server down gracefully: new calls
-are refused and running ones have a grace period to finish; calls still open after it, or when
-a second signal comes, are cancelled by exiting the process.
+in a file), TLS with a certificate and key, and errors that reach the client with the gRPC
+status of their class (``ArrowlakeError.grpc_status``: ``NOT_FOUND``, ``INVALID_ARGUMENT``,
+...), the message ``"<class>: <message>"`` and the class in the trailer ``arrowlake-error``
+(see "errors" below for what pyarrow appends). SIGTERM and SIGINT shut the server down
+gracefully: new calls are refused and running ones have a grace period to finish; calls still
+open after it, or when a second signal comes, are cancelled by exiting the process.
 """
 
 from __future__ import annotations
