@@ -81,6 +81,18 @@ def register_stream_factory(factory: Callable[..., ChangeStream]) -> None:
     _stream_factory = factory
 
 
+#: Publishes a table's Iceberg metadata and returns where it is; set by
+#: :mod:`arrowlake.iceberg` when it is imported (``arrowlake.lake`` imports it). That package
+#: sits above tables in the layers, so the table offers this hook instead of importing it.
+_iceberg_publisher: Callable[[Table, int | None], str] | None = None
+
+
+def register_iceberg_publisher(publisher: Callable[[Table, int | None], str]) -> None:
+    """Install what :meth:`Table.iceberg_metadata_location` calls (done by arrowlake.iceberg)."""
+    global _iceberg_publisher
+    _iceberg_publisher = publisher
+
+
 class Table:
     """One table of a lake. Get it from :meth:`Lake.table` or :meth:`Lake.create_table`.
 
@@ -475,6 +487,21 @@ class Table:
         """Files, runs per bucket, deleted fraction, small files, snapshots, consumers' lag and
         the last maintenance actions (see :mod:`arrowlake.table.health`)."""
         return health.table_health(self)
+
+    def iceberg_metadata_location(self, snapshot: int | None = None) -> str:
+        """Where the table's Iceberg v3 metadata JSON is (an absolute path or URI), as of
+        ``snapshot`` (the current one by default), published first if it is not yet: Spark,
+        DuckDB (``iceberg_scan``), pyiceberg and other Iceberg readers read the table from
+        it. Raises :class:`~arrowlake.errors.NoIcebergView` for a table that has none (a
+        merge-on-read primary-key table, a column of a type Iceberg lacks), saying why. See
+        :mod:`arrowlake.iceberg`.
+
+        >>> path = users.iceberg_metadata_location()  # doctest: +SKIP
+        """
+        if _iceberg_publisher is None:
+            raise RuntimeError("arrowlake.iceberg was not imported: it is whenever "
+                               "arrowlake.lake is (tables from arrowlake.connect have it)")
+        return _iceberg_publisher(self, snapshot)
 
     def remove_orphan_files(self, older_than: timedelta = timedelta(days=1),
                             dry_run: bool = True) -> OrphanResult:
