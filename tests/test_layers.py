@@ -29,6 +29,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("scan", ("arrowlake.scan",)),
     ("table", ("arrowlake.table",)),
     ("streaming", ("arrowlake.streaming",)),
+    # The published Iceberg view: metadata written from the metastore (table.py and
+    # table/health.py reach it through hooks it registers on import).
+    ("iceberg", ("arrowlake.iceberg",)),
     # The maintenance service: follows commits, compacts, expires and removes orphans.
     ("maintenance", ("arrowlake.maintenance",)),
     ("integrations", ("arrowlake.integrations",)),
@@ -38,7 +41,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # lake.py creates tables, and Lake.from_pandas calls integrations/pandas.py.
     ("entry", ("arrowlake.lake",)),
     # Engine adapters.
-    ("adapters", ("arrowlake.cli", "arrowlake.spark", "arrowlake.flight")),
+    ("adapters", ("arrowlake.cli", "arrowlake.spark", "arrowlake.flight",
+                  "arrowlake.iceberg_rest")),
     # arrowlake/__init__.py: the public names, re-exported from every layer.
     ("package", ("arrowlake",)),
 ]

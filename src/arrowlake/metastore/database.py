@@ -369,6 +369,8 @@ class Database:
         get row ids in commit order (by snapshot, then file id), as if lineage had always been
         kept; each snapshot's first row id is where its own files' ids start."""
         t.writes.create(conn, checkfirst=True)
+        for table in t.ICEBERG_TABLES:  # the published Iceberg view (arrowlake.iceberg)
+            table.create(conn, checkfirst=True)
         self._add_missing_columns(conn, t.tables, [t.tables.c.next_row_id])
         self._add_missing_columns(conn, t.files, [t.files.c.first_row_id])
         self._add_missing_columns(conn, t.snapshots, [t.snapshots.c.first_row_id,

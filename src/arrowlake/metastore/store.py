@@ -35,6 +35,7 @@ from arrowlake.errors import (
 from arrowlake.metastore import tables as t
 from arrowlake.metastore.commits import Commits
 from arrowlake.metastore.database import Database, sqlite_read_only_uri
+from arrowlake.metastore.iceberg import IcebergRecords
 from arrowlake.metastore.inflight import InflightWrites
 from arrowlake.metastore.maintenance import MaintenanceRecords
 from arrowlake.metastore.records import (
@@ -62,7 +63,7 @@ _FOUND_FILE_SCHEMA = pa.schema([("_snapshot", pa.int64()), *FILE_SCHEMA])
 _WHOLE_VECTORS_FILES = 4096
 
 
-class Metastore(Commits, Streams, MaintenanceRecords, InflightWrites):
+class Metastore(Commits, Streams, MaintenanceRecords, InflightWrites, IcebergRecords):
     """Namespaces, tables, snapshots and files in a SQL database.
 
     An SQLite database file this process may not write is opened read-only: reads work, every
@@ -516,13 +517,15 @@ class Metastore(Commits, Streams, MaintenanceRecords, InflightWrites):
 
     def all_file_paths(self, table_id: int) -> list[str]:
         """Every file any retained snapshot may read (live or removed but not yet expired):
-        data and changelog files, and Puffin files holding deletion vectors."""
+        data and changelog files, Puffin files holding deletion vectors, and the files of the
+        published Iceberg view that are still recorded (:mod:`~arrowlake.metastore.iceberg`)."""
         with self._read() as conn:
             rows = conn.execute(sa.select(t.files.c.path).where(t.files.c.table_id == table_id))
             paths = [r[0] for r in rows]
             puffins = conn.execute(sa.select(t.vectors.c.puffin_path).distinct().where(
                 (t.vectors.c.table_id == table_id) & t.vectors.c.puffin_path.is_not(None)))
-            return paths + [r[0] for r in puffins]
+            paths += [r[0] for r in puffins]
+            return paths + self.iceberg_file_paths(table_id, conn)
 
     def files_with_vectors_after(self, table_id: int, after: int | None) -> pa.Table:
         """The data files (:data:`FILE_SCHEMA`) whose deletion vector a snapshot after

@@ -33,7 +33,8 @@ from sqlalchemy import (
 #: never deletes the files of a write that has not committed yet; row lineage
 #: (``al_tables.next_row_id``, ``al_files.first_row_id``, ``al_snapshots.first_row_id``), the
 #: row ids Iceberg v3 readers see; the lake transaction a snapshot was committed in
-#: (``al_snapshots.transaction_id``).
+#: (``al_snapshots.transaction_id``); the published Iceberg view (``al_iceberg_*``: see
+#: :mod:`arrowlake.metastore.iceberg`).
 SCHEMA_VERSION = 7
 
 metadata = MetaData()
@@ -278,3 +279,109 @@ writes = Table(
     ForeignKeyConstraint(["table_id"], ["al_tables.table_id"], ondelete="CASCADE"),
     Index("al_writes_table", "table_id"),
 )
+
+
+# -- the published Iceberg view (arrowlake.iceberg; queries in arrowlake.metastore.iceberg) -------
+# Iceberg metadata is derived from the tables above and written by publishers (on demand, or by
+# the maintenance service). These rows record what was written, so that a later publication
+# reuses it (cost proportional to what a snapshot changed), orphan removal and purges know the
+# files, and expiry deletes those only expired snapshots used. Paths are relative to the table's
+# location, like data files'.
+
+iceberg_tables = Table(
+    "al_iceberg_tables",
+    metadata,
+    # A table's current Iceberg metadata: what a reader (the REST catalog) is given. Changed
+    # only by a compare-and-swap on ``version``, so concurrent publishers never leave two
+    # diverging "current" metadata files.
+    Column("table_id", Integer, primary_key=True, autoincrement=False),
+    Column("metadata_path", Text, nullable=True),  # null: nothing current (its file expired)
+    Column("snapshot_id", BigInteger, nullable=True),  # the snapshot it describes as current
+    Column("version", BigInteger, nullable=False, default=0),
+    Column("published_at", BigInteger, nullable=False),  # epoch ms
+    ForeignKeyConstraint(["table_id"], ["al_tables.table_id"], ondelete="CASCADE"),
+)
+
+iceberg_metadata = Table(
+    "al_iceberg_metadata",
+    metadata,
+    # One metadata JSON file written: the table as of ``snapshot_id`` (null: no snapshot yet),
+    # identified by the hash of its content, so an unchanged view is never written twice.
+    Column("table_id", Integer, nullable=False),
+    Column("path", Text, nullable=False),
+    Column("snapshot_id", BigInteger, nullable=True),
+    Column("content_hash", String(64), nullable=False),
+    Column("published_at", BigInteger, nullable=False),
+    PrimaryKeyConstraint("table_id", "path"),
+    ForeignKeyConstraint(["table_id"], ["al_tables.table_id"], ondelete="CASCADE"),
+    Index("al_iceberg_metadata_hash", "table_id", "content_hash"),
+    Index("al_iceberg_metadata_snapshot", "table_id", "snapshot_id"),
+)
+
+iceberg_snapshots = Table(
+    "al_iceberg_snapshots",
+    metadata,
+    # A snapshot published as an Iceberg snapshot: its manifest list. Published snapshots are
+    # always every retained snapshot with a view up to the newest one published.
+    Column("table_id", Integer, nullable=False),
+    Column("snapshot_id", BigInteger, nullable=False),
+    Column("manifest_list", Text, nullable=False),
+    Column("published_at", BigInteger, nullable=False),
+    PrimaryKeyConstraint("table_id", "snapshot_id"),
+    ForeignKeyConstraint(["table_id"], ["al_tables.table_id"], ondelete="CASCADE"),
+)
+
+iceberg_manifests = Table(
+    "al_iceberg_manifests",
+    metadata,
+    # One manifest (content 0: data files, 1: deletion vectors), used by the published
+    # snapshots in [added_snapshot, removed_snapshot), as data files are by theirs: a manifest
+    # that loses an entry is rewritten, and small ones are merged, in the snapshot that does it.
+    Column("table_id", Integer, nullable=False),
+    Column("path", Text, nullable=False),
+    Column("content", Integer, nullable=False),
+    Column("added_snapshot", BigInteger, nullable=False),
+    Column("removed_snapshot", BigInteger, nullable=True),
+    Column("length", BigInteger, nullable=False),
+    # The partition spec it was written with (a hash): a changed spec rewrites every manifest.
+    Column("spec_key", String(64), nullable=False),
+    Column("min_sequence", BigInteger, nullable=False),
+    Column("added_files", Integer, nullable=False),
+    Column("existing_files", Integer, nullable=False),
+    Column("deleted_files", Integer, nullable=False),
+    Column("added_rows", BigInteger, nullable=False),
+    Column("existing_rows", BigInteger, nullable=False),
+    Column("deleted_rows", BigInteger, nullable=False),
+    Column("first_row_id", BigInteger, nullable=True),
+    Column("partitions", Text, nullable=False, default="[]"),  # JSON: the partition summaries
+    # The data files (al_files ids) whose entries it holds live, ascending, as little-endian
+    # int64; and their range, so a removal looks only into manifests that may hold it.
+    Column("min_file_id", BigInteger, nullable=True),
+    Column("max_file_id", BigInteger, nullable=True),
+    Column("file_ids", LargeBinary, nullable=False),
+    PrimaryKeyConstraint("table_id", "path"),
+    ForeignKeyConstraint(["table_id"], ["al_tables.table_id"], ondelete="CASCADE"),
+    Index("al_iceberg_manifests_removed", "table_id", "removed_snapshot"),
+)
+
+iceberg_vectors = Table(
+    "al_iceberg_vectors",
+    metadata,
+    # Where a deletion vector (the al_vectors row of the same key) is published: a Puffin file
+    # holding it alone, either arrowlake's own (``copied`` 0) or a copy the publisher wrote
+    # (``copied`` 1, deleted once the vector's row is).
+    Column("table_id", Integer, nullable=False),
+    Column("file_id", BigInteger, nullable=False),
+    Column("added_snapshot", BigInteger, nullable=False),
+    Column("path", Text, nullable=False),
+    Column("blob_offset", BigInteger, nullable=False),
+    Column("blob_length", BigInteger, nullable=False),
+    Column("file_size", BigInteger, nullable=False),
+    Column("copied", Integer, nullable=False),
+    PrimaryKeyConstraint("table_id", "file_id", "added_snapshot"),
+    ForeignKeyConstraint(["table_id"], ["al_tables.table_id"], ondelete="CASCADE"),
+)
+
+#: The tables above, created by the version 7 migration.
+ICEBERG_TABLES = (iceberg_tables, iceberg_metadata, iceberg_snapshots, iceberg_manifests,
+                  iceberg_vectors)

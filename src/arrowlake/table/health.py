@@ -3,14 +3,16 @@
 Files and bytes, runs per bucket (merge-on-read primary-key tables: runs a read merges;
 deletion-vector tables: files; other tables: files per partition), the deleted fraction of
 deletion-vector tables, small files, snapshots and their age, the consumers and how far they
-lag, and the last maintenance action of each kind. A handful of indexed metastore queries,
-no data file is read.
+lag, the last maintenance action of each kind, and whether the table has an Iceberg view
+(:mod:`arrowlake.iceberg`) and what of it is published. A handful of indexed metastore
+queries, no data file is read.
 """
 
 from __future__ import annotations
 
 import bisect
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -50,6 +52,27 @@ class MaintenanceAction:
 
 
 @dataclass(frozen=True)
+class IcebergStatus:
+    """Whether the table has an Iceberg view, and what of it is published."""
+
+    view: bool  # whether it can be published (see arrowlake.iceberg.view)
+    reason: str | None  # why not, and how to change that
+    published_snapshot: int | None  # the snapshot its current published metadata describes
+    current: bool  # whether that metadata describes the table as it is now
+    publish_on_maintain: bool  # iceberg.publish: arrowlake maintain keeps it current
+
+
+#: Tells a table's :class:`IcebergStatus`; set by :mod:`arrowlake.iceberg` (a layer above
+#: tables) when it is imported.
+_iceberg_status: Callable[[Table], IcebergStatus] | None = None
+
+
+def register_iceberg_status(status: Callable[[Table], IcebergStatus]) -> None:
+    global _iceberg_status
+    _iceberg_status = status
+
+
+@dataclass(frozen=True)
 class TableHealth:
     """What :meth:`Table.health` reports (see the module doc)."""
 
@@ -71,6 +94,7 @@ class TableHealth:
     consumers: list[ConsumerLag] = field(default_factory=list)
     maintenance: list[MaintenanceAction] = field(default_factory=list)  # newest first
     bucket_leases: int = 0  # buckets a maintenance service is compacting right now
+    iceberg: IcebergStatus | None = None  # None: arrowlake.iceberg was not imported
 
     @property
     def last_maintenance(self) -> MaintenanceAction | None:
@@ -152,4 +176,5 @@ def table_health(table: Table) -> TableHealth:
         oldest_snapshot_age_seconds=_age(now, committed[0]) if committed else None,
         newest_snapshot_age_seconds=_age(now, committed[-1]) if committed else None,
         consumers=consumers, maintenance=actions,
-        bucket_leases=len(store.bucket_leases(rec.table_id)))
+        bucket_leases=len(store.bucket_leases(rec.table_id)),
+        iceberg=None if _iceberg_status is None else _iceberg_status(table))
