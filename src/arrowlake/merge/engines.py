@@ -19,7 +19,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from arrowlake.errors import ValidationError
+from arrowlake import native
+from arrowlake.errors import ColumnNotFound, ValidationError
 from arrowlake.merge.aggregation import (
     DEFAULT_FUNCTION,
     FUNCTIONS,
@@ -35,6 +36,7 @@ from arrowlake.merge.versions import (
     RowKind,
     group_versions,
     is_retraction,
+    native_versions,
     newest_versions,
     row_kinds,
     sortable_key,
@@ -111,6 +113,10 @@ class Deduplicate(MergeEngine):
         kinds = row_kinds(table)
         if self.ignore_delete:
             table, kinds = _drop_retractions(table, kinds)
+        ordered = native_versions(table, sort_key, sequence_field)
+        if ordered is not None:
+            return _finish(table, kinds, ordered.last_rows(), keep_retractions,
+                           ordered.all_unique)
         if sequence_field is None:
             rows = winners_in_input_order(table, sort_key)
             if rows is not None:
@@ -142,6 +148,9 @@ class FirstRow(MergeEngine):
         sort_key: list[str],
     ) -> pa.Table:
         table, kinds = _drop_retractions(table, row_kinds(table))
+        ordered = native_versions(table, sort_key, sequence_field)
+        if ordered is not None:
+            return _finish(table, kinds, ordered.first_rows(), False, ordered.all_unique)
         if sequence_field is None:
             rows = winners_in_input_order(table, sort_key, oldest=True)
             if rows is not None:
@@ -424,6 +433,14 @@ def unique_run_order(
     kinds = row_kinds(table)
     if bool(((kinds != RowKind.INSERT) & (kinds != RowKind.UPDATE_AFTER)).any()):
         return None
+    if native.enabled():
+        columns = [_plain_key(table, name) for name in _sort_key(key, constant)]
+        try:
+            found = native.sorted_groups(columns, groups)
+        except native.NativeUnsupported:
+            found = None  # key types the kernel does not sort: the numpy path below
+        else:
+            return None if found is None else found[0]
     sortable = sortable_key(table, _sort_key(key, constant))
     if sortable is None:
         return None
@@ -436,6 +453,19 @@ def unique_run_order(
     repeated = (ordered_groups[1:] == ordered_groups[:-1]) & \
         (ordered_keys[1:] == ordered_keys[:-1])
     return None if bool(repeated.any()) else order
+
+
+def _plain_key(table: pa.Table, name: str) -> pa.Array:
+    """A key column for the native kernels, refused as :func:`sortable_key` refuses it."""
+    if name not in table.column_names:
+        raise ColumnNotFound(
+            f"Primary-key column '{name}' is not in the data; columns are {table.column_names}")
+    column = table[name].combine_chunks()
+    if column.null_count:
+        raise ValidationError(
+            f"Column '{name}' is part of the primary key and may not be null: "
+            f"{column.null_count} null rows")
+    return column
 
 
 def _sort_key(key: Sequence[str], constant: Sequence[str]) -> list[str]:

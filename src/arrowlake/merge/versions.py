@@ -24,6 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from arrowlake import native
 from arrowlake.errors import ColumnNotFound, ValidationError
 
 ROW_KIND = "_row_kind"
@@ -145,6 +146,9 @@ def group_versions(
     if n == 0:
         empty = np.empty(0, np.int64)
         return KeyVersions(empty, empty, empty)
+    found = _native_versions(table, key_columns, sequence_field, seq)
+    if found is not None:
+        return found
     sortable = _memcomparable(key_columns)
     if sortable is not None:
         if _strictly_increasing(sortable):
@@ -168,6 +172,41 @@ def group_versions(
     if len(starts) < n and order_within_key:
         order = _order_versions(table, order, starts, ends, sequence_field, seq)
     return KeyVersions(order, starts, ends)
+
+
+def native_versions(table: pa.Table, key: Sequence[str], sequence_field: str | None = None
+                    ) -> KeyVersions | None:
+    """The versions of every key fully ordered (as :func:`group_versions` with
+    ``order_within_key``) by the native kernel, or None when it is off or does not take these
+    key types (the caller then takes the numpy path). Each key's newest version is then its
+    last position, the oldest its first."""
+    if not native.enabled():
+        return None
+    key_columns = [_key_column(table, name) for name in key]
+    if not key:
+        raise ValidationError("A primary-key merge needs at least one key column")
+    seq = _sequence(table)
+    if table.num_rows == 0:
+        empty = np.empty(0, np.int64)
+        return KeyVersions(empty, empty, empty)
+    return _native_versions(table, key_columns, sequence_field, seq)
+
+
+def _native_versions(table: pa.Table, key_columns: list[pa.Array], sequence_field: str | None,
+                     seq: np.ndarray) -> KeyVersions | None:
+    if not native.enabled() or not all(native.sortable(c.type) for c in key_columns):
+        return None
+    field = None
+    if sequence_field is not None and sequence_field in table.column_names:
+        field = table[sequence_field].combine_chunks()
+    try:
+        order, starts = native.group_versions(key_columns, field, seq)
+    except native.NativeUnsupported:
+        return None  # a sequence field of a type the kernel does not rank
+    n = len(order)
+    if sequence_field is not None and field is None and len(starts) < n:
+        _version_words(table, sequence_field, seq)  # raises ColumnNotFound, as numpy would
+    return KeyVersions(order, starts, np.append(starts[1:], n).astype(np.int64))
 
 
 def newest_versions(
