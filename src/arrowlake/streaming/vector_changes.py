@@ -28,9 +28,9 @@ from arrowlake.expressions import AlwaysTrue, Expr, evaluate
 from arrowlake.io.deletion_vectors import VectorRef
 from arrowlake.io.storage import Storage
 from arrowlake.merge import RowKind
+from arrowlake.merge.equality import same_rows
 from arrowlake.scan.split import FileTask, Split
 from arrowlake.streaming.splits import KIND_NAMES, ROW_KIND_FIELD, no_columns
-from arrowlake.table.changelog_files import same_rows
 from arrowlake.table.key_lookup import match_keys, rows_at
 
 

@@ -27,6 +27,7 @@ from arrowlake.io.writer import (
 )
 from arrowlake.merge import ROW_KIND, RowKind
 from arrowlake.merge.bucketing import bucket_of
+from arrowlake.merge.equality import same_rows
 from arrowlake.merge.runs import KIND_COLUMN, KIND_FIELD, KIND_FIELD_ID
 from arrowlake.metastore.store import NewFile
 from arrowlake.schema import FIELD_ID_KEY
@@ -147,23 +148,6 @@ def pair_keys(left: pa.Table, right: pa.Table, key: Sequence[str]) -> tuple[np.n
         INDEX_COLUMN + "r", pa.array(np.arange(right.num_rows, dtype=np.int64)))
     joined = a.join(b, keys=list(key), join_type="inner")
     return (joined.column(INDEX_COLUMN).to_numpy(), joined.column(INDEX_COLUMN + "r").to_numpy())
-
-
-def same_rows(before: pa.Table, after: pa.Table) -> np.ndarray:
-    """Per aligned row pair: whether every value is equal (nulls equal nulls). Columns Arrow
-    cannot compare count as changed, so such rows are rewritten or streamed, never lost."""
-    same = np.ones(before.num_rows, dtype=bool)
-    for name in before.column_names:
-        x, y = before.column(name), after.column(name)
-        try:
-            eq = pc.equal(x, y)
-        except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
-            same &= False  # no comparison kernel (nested types): count it as changed
-            continue
-        if x.null_count or y.null_count:
-            eq = pc.or_kleene(eq, pc.and_(pc.is_null(x), pc.is_null(y)))
-        same &= pc.fill_null(eq, False).to_numpy(zero_copy_only=False)
-    return same
 
 
 def bucketed(table: Table, rows: pa.Table) -> Iterator[Part]:

@@ -28,6 +28,7 @@ from arrowlake.io.writer import (
     shared_executor,
 )
 from arrowlake.merge import ROW_KIND, Deduplicate, RowKind
+from arrowlake.merge.equality import same_rows
 from arrowlake.merge.read import Bucket, MergeSpec, merge_together
 from arrowlake.merge.runs import KIND_COLUMN, KIND_FIELD, KIND_FIELD_ID
 from arrowlake.merge.versions import is_retraction
@@ -42,7 +43,6 @@ from arrowlake.table.changelog_files import (
     Part,
     bucketed,
     diff,
-    same_rows,
     start_parts,
     write_parts,
 )

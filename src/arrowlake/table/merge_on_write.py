@@ -44,12 +44,12 @@ from arrowlake.io import puffin
 from arrowlake.io.stats import encode_partition_value
 from arrowlake.io.writer import DataFileWriter, write_started
 from arrowlake.merge import ROW_KIND, SEQUENCE, Deduplicate, FirstRow, MergeEngine
+from arrowlake.merge.equality import same_rows
 from arrowlake.merge.versions import is_retraction, row_kinds
 from arrowlake.metastore.records import NewFile, NewVector, SnapshotChange, StaleVectors
 from arrowlake.scan.planning import TableView, file_tasks
 from arrowlake.scan.split import FileTask
 from arrowlake.table import key_index
-from arrowlake.table.changelog_files import same_rows
 from arrowlake.table.key_lookup import (
     Matches,
     Written,
