@@ -397,6 +397,20 @@ def _hashed_segment(raw: str) -> str:
     return f"{prefix}={digest}"
 
 
+def partition_shown(value: pa.Scalar) -> Any:
+    """A partition value as :func:`partition_path` names its directory: the Python value, or,
+    for a temporal value that Python cannot hold (a timestamp past year 9999 in its zone, a
+    date outside years 1-9999), its stored integer (the value in the column's unit, UTC):
+    values that could not be written before, so no existing directory is named differently,
+    and no Python value prints as a bare integer in such a column."""
+    if not value.is_valid:
+        return None
+    try:
+        return value.as_py()
+    except (OverflowError, ValueError):
+        return encode_partition_value(value)
+
+
 def partition_display(typ: pa.DataType, value: Any) -> Any:
     """A human-readable form of an encoded partition value, for directory names."""
     if value is None:

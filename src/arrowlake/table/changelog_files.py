@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from arrowlake.io.stats import encode_partition_value, partition_path
+from arrowlake.io.stats import encode_partition_value, partition_path, partition_shown
 from arrowlake.io.writer import (
     DataFileWriter,
     FileTarget,
@@ -159,7 +159,7 @@ def bucketed(table: Table, rows: pa.Table) -> Iterator[Part]:
     as_batch = pa.RecordBatch.from_arrays([c.combine_chunks() for c in with_bucket.columns],
                                           schema=with_bucket.schema)
     for values, part in split_by_columns(as_batch, [*rec.partition_by, "_al_bucket"]):
-        shown = [v.as_py() if v.is_valid else None for v in values[:-1]]
+        shown = [partition_shown(v) for v in values[:-1]]
         ppath = partition_path(rec.partition_by, shown) if rec.partition_by else None
         pvalues = json.dumps([encode_partition_value(v) for v in values[:-1]]) \
             if rec.partition_by else None

@@ -8,6 +8,13 @@ field, the ``lookup`` changelog), only the row groups that hold the matches.
 
 Matching is vectorized: ``index_in`` of the file's keys in the written keys for a one-column
 key, a hash join for composite keys; deleted positions are dropped with a sorted-array test.
+
+Keys stay Arrow values or integers on this path: a key range is compared in the stored form of
+key bounds (integers for temporal types, :func:`arrowlake.io.stats.encode_scalar`), never as
+Python datetimes, which cannot hold every value Arrow can (years past 9999 in the column's
+zone, nanoseconds outside pandas' range). Filters (which take Python literals) are built from
+keys only where every value has an exact Python form (:func:`literal_keys`); otherwise the
+caller narrows with a wider filter and matches exactly in Arrow.
 """
 
 from __future__ import annotations
@@ -15,12 +22,15 @@ from __future__ import annotations
 import os
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from arrowlake.expressions import AlwaysTrue, Expr, and_all, col
 from arrowlake.io.lru import SizedLRU
+from arrowlake.io.stats import encode_scalar
 from arrowlake.io.storage import Storage
 from arrowlake.io.writer import DataFileWriter
 from arrowlake.merge.versions import sortable_key
@@ -161,20 +171,85 @@ def _locate_indexed(storage: Storage, index: KeyIndex, files: Sequence[FileTask]
     return Matches(ids[which], positions, incoming, rows, index, slots)
 
 
-def _key_bounds(keys: pa.Table, key: Sequence[str]) -> tuple[object, object] | None:
-    """The written keys' first-column range, to skip files whose key range lies outside it."""
-    first = keys.column(key[0])
-    bounds = pc.min_max(first)
-    low, high = bounds["min"].as_py(), bounds["max"].as_py()
+def _key_bounds(keys: pa.Table, key: Sequence[str]) -> tuple[Any, Any] | None:
+    """The written keys' first-column range in the stored form of key bounds (what
+    ``FileTask.key_range`` holds), to skip files whose key range lies outside it."""
+    bounds = pc.min_max(keys.column(key[0]))
+    low, high = encode_scalar(bounds["min"]), encode_scalar(bounds["max"])
     return None if low is None or high is None else (low, high)
 
 
-def _overlaps(bounds: tuple[object, object], file_range: tuple[tuple, tuple]) -> bool:
+def _overlaps(bounds: tuple[Any, Any], file_range: tuple[tuple, tuple]) -> bool:
     low, high = bounds
     try:
         return not (file_range[1][0] < low or file_range[0][0] > high)
     except TypeError:
         return True
+
+
+_DAY_US = 86_400 * 10**6
+#: The microseconds since the epoch that Python's datetime holds in any zone: its years 1 to
+#: 9999, a day in from each end (no zone is a day or more away from UTC).
+_PYTHON_US = (-62_135_596_800 * 10**6 + _DAY_US, 253_402_300_800 * 10**6 - 1 - _DAY_US)
+#: The same for nanoseconds as pandas holds them (the int64 range; its minimum is NaT).
+_PANDAS_NS = (np.iinfo(np.int64).min + 1 + _DAY_US * 1000, np.iinfo(np.int64).max - _DAY_US * 1000)
+_PYTHON_DAYS = (-719_162, 2_932_896)  # date(1, 1, 1) and date(9999, 12, 31)
+_PER_SECOND = {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}
+
+
+def _python_range(typ: pa.DataType) -> tuple[int, int] | None:
+    """The integer values of temporal ``typ`` that become exact Python values (None: every
+    value does, or the type is not temporal)."""
+    t = pa.types
+    if t.is_timestamp(typ):
+        if typ.unit == "ns":
+            return _PANDAS_NS
+        per_us = _PER_SECOND["us"] // _PER_SECOND[typ.unit]
+        return -(-_PYTHON_US[0] // per_us), _PYTHON_US[1] // per_us
+    if t.is_date32(typ):
+        return _PYTHON_DAYS
+    if t.is_date64(typ):
+        return _PYTHON_DAYS[0] * 86_400_000, _PYTHON_DAYS[1] * 86_400_000
+    if t.is_time(typ):
+        return 0, 86_400 * _PER_SECOND[typ.unit] - 1
+    return None
+
+
+def literal_keys(values: pa.Array | pa.ChunkedArray) -> list[Any] | None:
+    """``values`` (of one key column) as the Python values a filter literal takes, or None when
+    some value has no exact Python form: a timestamp past year 9999 (or before year 1) in its
+    zone, a nanosecond one outside pandas' range, a date outside years 1-9999, a time outside
+    a day or with nanoseconds. The check is on the integer values, in Arrow."""
+    typ = values.type
+    bounds = _python_range(typ)
+    if bounds is not None and len(values) - values.null_count:
+        ints = values.cast(pa.int32() if typ.bit_width == 32 else pa.int64())
+        low_high = pc.min_max(ints)
+        if low_high["min"].as_py() < bounds[0] or low_high["max"].as_py() > bounds[1]:
+            return None
+        if pa.types.is_time64(typ) and typ.unit == "ns":
+            nanos = np.asarray(pc.fill_null(ints, 0).to_numpy(zero_copy_only=False))
+            if bool(np.any(nanos % 1000)):
+                return None  # a time of day literal holds microseconds
+    try:
+        return values.to_pylist()
+    except (OverflowError, ValueError, TypeError, pa.ArrowException):
+        return None  # e.g. nanoseconds without pandas
+
+
+def key_range_filter(name: str, values: pa.Array | pa.ChunkedArray) -> Expr:
+    """A filter on column ``name`` that every row holding one of ``values`` passes: their range,
+    each bound left out when it has no exact Python form (so possibly no filter at all)."""
+    if len(values) == values.null_count:
+        return AlwaysTrue()
+    bounds = pc.min_max(values)
+    low, high = literal_keys(pa.array([bounds["min"]])), literal_keys(pa.array([bounds["max"]]))
+    parts: list[Expr] = []
+    if low is not None:
+        parts.append(col(name) >= low[0])
+    if high is not None:
+        parts.append(col(name) <= high[0])
+    return and_all(parts) if parts else AlwaysTrue()
 
 
 def _physical(file_schema: pa.Schema, schema: pa.Schema, name: str) -> str | None:
@@ -344,6 +419,8 @@ def rows_at(storage: Storage, task: FileTask, file_schema: pa.Schema, schema: pa
 __all__ = [
     "Matches",
     "index_group",
+    "key_range_filter",
+    "literal_keys",
     "locate",
     "lookup_columns",
     "match_keys",

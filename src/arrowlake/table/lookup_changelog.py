@@ -21,7 +21,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from arrowlake.expressions import AlwaysTrue, Expr, and_all, col
+from arrowlake.expressions import AlwaysTrue, Expr
+from arrowlake.io.stats import encode_scalar
 from arrowlake.io.writer import (
     DataFileWriter,
     close_all,
@@ -30,7 +31,7 @@ from arrowlake.io.writer import (
 from arrowlake.merge import ROW_KIND, Deduplicate, RowKind
 from arrowlake.merge.equality import same_rows
 from arrowlake.merge.read import Bucket, MergeSpec, merge_together
-from arrowlake.merge.runs import KIND_COLUMN, KIND_FIELD, KIND_FIELD_ID
+from arrowlake.merge.runs import KIND_COLUMN, KIND_FIELD, KIND_FIELD_ID, key_bounds_compare
 from arrowlake.merge.versions import is_retraction
 from arrowlake.metastore.store import NewFile
 from arrowlake.scan.planning import TableView, file_schemas, file_tasks
@@ -46,6 +47,7 @@ from arrowlake.table.changelog_files import (
     start_parts,
     write_parts,
 )
+from arrowlake.table.key_lookup import key_range_filter
 from arrowlake.table.run_cache import (
     RUNS,
     DecodedRun,
@@ -453,10 +455,9 @@ def _lookup(table: Table, view: TableView, base: int | None,
     if committed:
         # Only the written key range: files and row groups outside it are pruned by their
         # statistics.
-        low, high = pc.min_max(pa.chunked_array(
+        expr = key_range_filter(first, pa.chunked_array(
             [c for _, run in new for c in run.rows.column(first).chunks],
-            view.schema.field(first).type)).values()
-        expr = and_all([col(first) >= low.as_py(), col(first) <= high.as_py()])
+            view.schema.field(first).type))
     old = _runs(view, committed, expr, first, fast, limit)
     olds: dict[_Unit, list[tuple[int, DecodedRun]]] = {unit: [] for unit in touched}
     for task, run in old.values():
@@ -634,18 +635,32 @@ def _rewritten(table: Table, state: LookupChangelog, current: int, new: pa.Table
     first = rec.primary_key[0]
     first_type = view.schema.field(first).type
     fast = integer_like(first_type)
-    ranges: dict[int, tuple[Any, Any]] = {}  # per bucket: the write's first-key range
+    # Per bucket: the write's first-key range in the stored form of key bounds (what
+    # task.key_range holds: integers for temporal keys, never Python datetimes); buckets in
+    # ``unbounded`` have keys without such a form.
+    ranges: dict[int, tuple[Any, Any]] = {}
+    unbounded: set[int] = set()
+    comparable = key_bounds_compare([first_type])
+    write_keys: list[pa.Array] = []
     for place, run in state.runs.values():
         column = run.rows.column(first)
         if len(column) == 0:
             continue
-        low, high = (v.as_py() for v in pc.min_max(column).values())
-        held = ranges.get(place[2])
-        ranges[place[2]] = (low, high) if held is None else (
+        write_keys.extend(column.chunks)
+        low, high = (encode_scalar(v) for v in pc.min_max(column).values())
+        bucket = place[2]
+        if not comparable or low is None or high is None:
+            unbounded.add(bucket)
+            continue
+        held = ranges.get(bucket)
+        ranges[bucket] = (low, high) if held is None else (
             min(low, held[0]), max(high, held[1]))
 
     def may_hold(task: FileTask) -> bool:
-        span = ranges.get(int(task.bucket or 0))
+        bucket = int(task.bucket or 0)
+        if bucket in unbounded:
+            return True
+        span = ranges.get(bucket)
         if span is None:
             return False
         if task.key_range is None:
@@ -658,8 +673,7 @@ def _rewritten(table: Table, state: LookupChangelog, current: int, new: pa.Table
     tasks = [t for t in file_tasks(view, new) if may_hold(t)]
     if not tasks:
         return {}
-    lows, highs = zip(*ranges.values(), strict=True)
-    expr = and_all([col(first) >= min(lows), col(first) <= max(highs)])
+    expr = key_range_filter(first, pa.chunked_array(write_keys, first_type))
     theirs: dict[int, list[pa.Array]] = {}
     for task, run in _runs(view, tasks, expr, first, fast,
                            run_cache_bytes(rec.properties)).values():

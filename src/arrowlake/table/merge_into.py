@@ -32,6 +32,7 @@ from arrowlake.expressions import (
 from arrowlake.merge import ROW_KIND, RowKind
 from arrowlake.schema import conform
 from arrowlake.table.inputs import batch_stream
+from arrowlake.table.key_lookup import key_range_filter, literal_keys
 from arrowlake.table.pk_options import require_primary_key
 from arrowlake.table.primary_key import (
     REPLAN_ATTEMPTS,
@@ -143,7 +144,12 @@ class MergeBuilder:
                 "be matched by one source row only")
         first = self.on[0]
         keys = pc.unique(src.column(first))
-        target = scan_at(table, base, col(first).isin(keys.to_pylist()))
+        literals = literal_keys(keys)
+        if literals is not None:
+            target = scan_at(table, base, col(first).isin(literals))
+        else:  # keys a filter literal cannot hold (years past 9999): their range, then Arrow
+            target = scan_at(table, base, key_range_filter(first, keys))
+            target = target.filter(pc.is_in(target.column(first), value_set=keys))
         left = src.rename_columns([f"source.{c}" for c in src.column_names])
         right = target.rename_columns([f"target.{c}" for c in target.column_names])
         right = right.append_column("target.__matched", pa.array(

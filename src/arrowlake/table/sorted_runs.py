@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from arrowlake.io.stats import encode_partition_value, partition_path
+from arrowlake.io.stats import encode_partition_value, partition_path, partition_shown
 from arrowlake.io.writer import (
     DataFileWriter,
     FileTarget,
@@ -130,7 +130,7 @@ def start_group_writers(table: Table,
         if dictionary is None:
             # One choice of encodings for all the write's runs, not a sample per file.
             dictionary = dictionary_columns(run)
-        shown = [v.as_py() if v.is_valid else None for v in values]
+        shown = [partition_shown(v) for v in values]
         ppath = partition_path(rec.partition_by, shown) if rec.partition_by else None
         directory = "/".join(p for p in ("data", ppath, f"bucket-{bucket}") if p)
         writer = DataFileWriter(
