@@ -13,6 +13,10 @@ Paimon's 64-bit vectors, so other engines can read them:
 Small vectors live in the metastore as these bytes; larger ones are blobs of Puffin files
 (:mod:`arrowlake.io.puffin`). Reading a file with a vector keeps the rows whose position is
 not in it: :func:`keep_mask` gives the mask for a range of positions, computed in numpy.
+
+:func:`encode_positions` and :func:`decode_positions` go from positions to blobs and back
+through the native core (:mod:`arrowlake.native`) when it is on, else through pyroaring; both
+write the same bytes.
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ import numpy as np
 import pyarrow as pa
 from pyroaring import BitMap64
 
-from arrowlake.errors import DataFileError
+from arrowlake import native
+from arrowlake.errors import DataFileError, ValidationError
 from arrowlake.io.lru import SizedLRU
 from arrowlake.io.storage import Storage
 
@@ -89,6 +94,30 @@ def decode(blob: bytes | memoryview, where: str) -> BitMap64:
         raise DataFileError(f"Deletion vector of {where} is damaged: {exc}") from None
 
 
+def encode_positions(positions: np.ndarray, before: np.ndarray | None = None
+                     ) -> tuple[bytes, int]:
+    """The ``deletion-vector-v1`` blob of ``positions`` united with the positions a file's
+    vector held ``before`` (ascending, as :func:`decode_positions` gives them), and the
+    cardinality of the union."""
+    if native.enabled():
+        return native.vector_encode(np.asarray(positions), before)
+    vector = vector_of(positions)
+    if before is not None and len(before):
+        vector |= vector_of(before)
+    return encode(vector), len(vector)
+
+
+def decode_positions(blob: bytes | memoryview, where: str) -> np.ndarray:
+    """The positions of a ``deletion-vector-v1`` blob, ascending (uint64); damage raises
+    :class:`DataFileError` naming ``where`` as :func:`decode` does."""
+    if not native.enabled():
+        return positions_of(decode(blob, where))
+    try:
+        return native.vector_decode(blob)
+    except ValidationError as exc:
+        raise DataFileError(f"Deletion vector of {where} is damaged: {exc}") from None
+
+
 def keep_mask(deleted: np.ndarray, start: int, length: int) -> np.ndarray | None:
     """A boolean mask over positions ``start .. start + length - 1``, True where the row is
     kept, given a file's ``deleted`` positions (ascending, as :func:`positions_of` returns
@@ -131,7 +160,9 @@ class VectorRef:
         known = _DECODED.get(self)
         if known is not None:
             return known
-        positions = positions_of(self.bitmap(storage, data_file))
+        blob, where = self._blob(storage, data_file)
+        positions = decode_positions(blob, where)
+        self._check(len(positions), where)
         positions.flags.writeable = False
         if positions.nbytes <= DECODED_BYTES // 4:  # a few huge ones would evict the rest
             _DECODED.put(self, positions)
@@ -139,6 +170,13 @@ class VectorRef:
 
     def bitmap(self, storage: Storage, data_file: str) -> BitMap64:
         """The vector as a bitmap (checked against the recorded cardinality)."""
+        blob, where = self._blob(storage, data_file)
+        vector = decode(blob, where)
+        self._check(len(vector), where)
+        return vector
+
+    def _blob(self, storage: Storage, data_file: str) -> tuple[bytes, str]:
+        """The vector's bytes, and where they were kept (for errors)."""
         if self.blob is not None:
             blob = self.blob
             where = f"{data_file} (kept in the metastore)"
@@ -151,12 +189,13 @@ class VectorRef:
             if len(blob) != self.length:
                 raise DataFileError(f"Deletion vector of {where} is damaged: {len(blob)} of "
                                     f"{self.length} bytes could be read")
-        vector = decode(blob, where)
-        if len(vector) != self.cardinality:
+        return blob, where
+
+    def _check(self, cardinality: int, where: str) -> None:
+        if cardinality != self.cardinality:
             raise DataFileError(f"Deletion vector of {where} is damaged: it holds "
-                                f"{len(vector)} positions, the metastore says "
+                                f"{cardinality} positions, the metastore says "
                                 f"{self.cardinality}")
-        return vector
 
 
 #: The positions of recently read vectors, by their reference (its bytes, or the range of
