@@ -496,14 +496,18 @@ def _server_class() -> type:
             writer.write(pa.py_buffer(json.dumps(answer).encode()))
 
         @_answering
-        def list_flights(self, context: Any, criteria: bytes) -> Iterator[Any]:
+        def list_flights(self, context: Any, criteria: bytes) -> list[Any]:
+            # A list, not a generator: pyarrow iterates outside this wrapper, where an error
+            # would reach the client with the server's traceback.
+            flights = []
             for name in self.lake.tables():
                 try:
                     schema = self.lake.table(name).schema
                 except NotFound:  # dropped meanwhile
                     continue
                 descriptor = fl.FlightDescriptor.for_path(name)
-                yield fl.FlightInfo(schema, descriptor, [], -1, -1)
+                flights.append(fl.FlightInfo(schema, descriptor, [], -1, -1))
+            return flights
 
         @_answering
         def list_actions(self, context: Any) -> list[tuple[str, str]]:

@@ -65,7 +65,7 @@ class FailingLake:
         raise ERROR_CLASSES[name](f"the lake failed on {name}")
 
     def tables(self) -> list[str]:
-        return []
+        raise errors.MetastoreError("the lake failed to list its tables")
 
 
 @pytest.fixture(scope="module")
@@ -118,6 +118,13 @@ def test_get_schema_sends_the_codes_it_can_and_no_server_traceback(failing, name
     assert assert_no_server_traceback(message, "_get_schema") == \
         f"{name}: the lake failed on {name}", message
     assert not isinstance(info.value, fl.FlightError)
+
+
+def test_listing_fails_without_a_traceback(failing):
+    with pytest.raises(fl.FlightInternalError, match="^MetastoreError: the lake failed") as info:
+        list(failing.list_flights())
+    assert info.value.extra_info == b"MetastoreError"
+    assert_no_server_traceback(str(info.value))
 
 
 def test_actions_answer_without_a_traceback(failing):
