@@ -5,6 +5,7 @@
     arrowlake --lake ./lake head shop.orders -n 5 --filter "amount > 10"
     arrowlake --lake ./lake --json snapshots shop.orders
     arrowlake --lake ./lake serve --port 8815 --token-file tokens.txt
+    arrowlake --lake ./lake iceberg-rest --port 8181 --token-file tokens.txt
 
 User errors (a missing table, a bad filter, a file that is not there) print ``error: ...`` on
 stderr and exit with status 2; stdout only ever carries the command's result.
@@ -18,7 +19,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TextIO
 
-from arrowlake.cli import commands, maintain, tail
+from arrowlake.cli import commands, iceberg_rest, maintain, tail
 from arrowlake.cli.commands import Output, parse_duration, split_list
 from arrowlake.cli.formats import FORMATS
 from arrowlake.errors import ArrowlakeError, NotFound
@@ -142,6 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="show a progress bar on stderr (default: when stderr is a terminal)")
 
     maintain.add_parsers(add)
+    iceberg_rest.add_parser(add)
 
     p = add("serve", commands.cmd_serve,
             "serve the lake's tables over Arrow Flight until SIGTERM or Ctrl-C (prints the "
