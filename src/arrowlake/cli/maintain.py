@@ -74,7 +74,8 @@ def add_parsers(add: Callable[[str, Command, str], argparse.ArgumentParser]) -> 
 
     p = add("status", cmd_status,
             "per table: files, runs per bucket, deleted fraction, small files, snapshots, "
-            "consumers' lag and the last maintenance")
+            "consumers' lag, the last maintenance, and whether it has an Iceberg view (and "
+            "why not)")
     p.add_argument("tables", nargs="*", metavar="TABLE", help="only these tables")
 
     p = add("compact", cmd_compact,
@@ -143,7 +144,22 @@ def _status_row(health: TableHealth) -> dict[str, Any]:
         "max lag": _ago(lag),
         "last maintenance": "-" if last is None else
         f"{last.action} {_ago(time.time() - last.at.timestamp())} ago",
+        "iceberg": _iceberg_cell(health),
     }
+
+
+def _iceberg_cell(health: TableHealth) -> str:
+    """Whether the table has an Iceberg view and what of it is published: ``current``, ``at
+    N`` (an older snapshot), ``on demand`` (nothing yet), ``no`` (the reason is printed below
+    the table)."""
+    status = health.iceberg
+    if status is None:
+        return "-"
+    if not status.view:
+        return "no"
+    if status.published_snapshot is None and not status.current:
+        return "on demand"
+    return "current" if status.current else f"at {status.published_snapshot}"
 
 
 def cmd_status(args: argparse.Namespace, lake: Lake, out: Output) -> int:
@@ -151,6 +167,10 @@ def cmd_status(args: argparse.Namespace, lake: Lake, out: Output) -> int:
     healths = [lake.table(name).health() for name in names]
     rows = [_status_row(h) for h in healths]
     text = format_table(rows, list(rows[0])) if rows else "(no tables)"
+    reasons = [f"{h.table}: {h.iceberg.reason}" for h in healths
+               if h.iceberg is not None and h.iceberg.reason]
+    if reasons:
+        text += "\n\nNo Iceberg view:\n" + "\n".join(reasons)
     out.emit([h.to_dict() for h in healths], text)
     return 0
 

@@ -12,14 +12,14 @@ then read the tables with their own Iceberg readers.
 >>> publication.metadata_location                            # doctest: +SKIP
 '/lake/crm/users-1a2b3c4d/metadata/...metadata.json'
 
-See :mod:`arrowlake.iceberg.publish` (what is written, incrementally), :mod:`.view` (which
+See :mod:`arrowlake.iceberg.publisher` (what is written, incrementally), :mod:`.view` (which
 tables and snapshots have a view), :mod:`.types` (the type mapping) and :mod:`.metadata`.
 """
 
 from __future__ import annotations
 
 from arrowlake.errors import NoIcebergView
-from arrowlake.iceberg.publish import (
+from arrowlake.iceberg.publisher import (
     PUBLISH_PROPERTY,
     Publication,
     publish,

@@ -554,6 +554,7 @@ def _publish_once(view: _View, found: str | None) -> Publication:
             view.metastore.record_iceberg_publication(table_id, NewPublication(
                 expected_version=view.state.version, metadata_path=path,
                 metadata_snapshot=view.target, content_hash=content_hash(metadata),
+                listed=[int(s["snapshot-id"]) for s in metadata["snapshots"]],
                 make_current=view.is_current, write_id=write_id, snapshots=run.snapshots,
                 manifests=run.manifests, removed_manifests=run.removed, vectors=run.vectors,
                 metadata_exists=exists))

@@ -11,9 +11,10 @@ Per table that moved: the due buckets of a table in ``compaction.mode`` deferred
 under leases (:class:`~arrowlake.maintenance.actions.BucketLeases`), within the bytes-per-second
 budget; then, once per ``interval``, snapshots are expired by its ``snapshot.retain-last`` and
 ``snapshot.max-age`` (consumers keep theirs), and once per ``orphans_every`` files older than its
-``orphan.min-age`` that no snapshot references are deleted. At most ``max_concurrent`` tables
-are worked on at once. Every action is reported (one :class:`Action`) and recorded in the
-metastore as the table's last of its kind.
+``orphan.min-age`` that no snapshot references are deleted; last, a table with
+``iceberg.publish = true`` gets its Iceberg metadata published (:mod:`.iceberg`). At most
+``max_concurrent`` tables are worked on at once. Every action is reported (one
+:class:`Action`) and recorded in the metastore as the table's last of its kind.
 
 Stopping (``stop()``, or SIGTERM in ``arrowlake maintain``) lets the actions in progress finish
 (a compaction stops after its current chunk of buckets) and then returns; leases are given up.
@@ -41,6 +42,7 @@ from arrowlake.maintenance.actions import (
     expire_by_policy,
     remove_orphans_by_policy,
 )
+from arrowlake.maintenance.iceberg import publish_by_policy
 from arrowlake.metastore import signals
 from arrowlake.table.maintenance_policy import maintenance_policy
 from arrowlake.table.table import Catalog, Table
@@ -260,6 +262,12 @@ class Maintainer:
             action = remove_orphans_by_policy(table)
             if action is not None:
                 self._emit(table, action)
+        if self._stop.is_set():
+            return
+        # After expiry, so that the published history holds only retained snapshots.
+        action = publish_by_policy(table.refresh())
+        if action is not None:
+            self._emit(table, action)
 
     def _renew(self) -> None:
         while not self._stop.wait(self.leases.seconds / 4):

@@ -22,6 +22,7 @@ rows (and hands back the files) that only expired snapshots used.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -128,6 +129,7 @@ class NewPublication:
     metadata_path: str
     metadata_snapshot: int | None
     content_hash: str
+    listed: Sequence[int]  # the snapshots the metadata lists
     make_current: bool
     write_id: str | None = None
     snapshots: Mapping[int, str] = field(default_factory=dict)
@@ -411,6 +413,7 @@ class IcebergRecords(Database):
         if not new.metadata_exists:
             conn.execute(t.iceberg_metadata.insert().values(
                 table_id=table_id, path=new.metadata_path, snapshot_id=new.metadata_snapshot,
+                snapshot_ids=json.dumps(sorted(int(s) for s in new.listed)),
                 content_hash=new.content_hash, published_at=now))
         values: dict[str, Any] = {"version": (version or 0) + 1, "published_at": now}
         if new.make_current:
@@ -426,9 +429,9 @@ class IcebergRecords(Database):
 
     def expire_iceberg(self, table_id: int) -> list[str]:
         """Forget what only expired snapshots used, after :meth:`expire_snapshots`: their
-        manifest lists and metadata, manifests no retained snapshot uses, copies of vectors
-        whose rows are gone, and superseded metadata of the same snapshot. The files to
-        delete, relative to the table's location."""
+        manifest lists, the metadata listing any of them, manifests no retained snapshot
+        uses, copies of vectors whose rows are gone, and superseded metadata of the same
+        snapshot. The files to delete, relative to the table's location."""
         s = t.snapshots.c
         retained = sa.select(s.snapshot_id).where(s.table_id == table_id)
         paths: list[str] = []
@@ -465,21 +468,22 @@ class IcebergRecords(Database):
 
     @staticmethod
     def _expire_metadata(conn: Connection, table_id: int) -> list[str]:
-        """Delete the metadata of expired snapshots and, per snapshot, all but the newest;
-        the table's current metadata is kept unless its snapshot expired (then the table has
-        none until the next publication)."""
+        """Delete the metadata listing an expired snapshot (it would refer to its deleted
+        manifest list) and, per snapshot, all but the newest. The table's current metadata
+        is kept unless it lists an expired snapshot: then the table has none until the next
+        publication (the maintenance service publishes right after it expires)."""
         md, cur = t.iceberg_metadata.c, t.iceberg_tables.c
         retained = {int(r[0]) for r in conn.execute(sa.select(t.snapshots.c.snapshot_id).where(
             t.snapshots.c.table_id == table_id))}
         head = conn.execute(sa.select(cur.metadata_path, cur.version).where(
             cur.table_id == table_id).with_for_update()).first()
         current = None if head is None else head[0]
-        rows = conn.execute(sa.select(md.path, md.snapshot_id, md.published_at).where(
+        rows = conn.execute(sa.select(md.path, md.snapshot_id, md.snapshot_ids).where(
             md.table_id == table_id).order_by(md.published_at.desc(), md.path)).all()
         newest: set[int | None] = set()
         drop: list[str] = []
-        for path, snapshot, _ in rows:
-            expired = snapshot is not None and int(snapshot) not in retained
+        for path, snapshot, listed in rows:
+            expired = not retained.issuperset(json.loads(listed))
             superseded = snapshot in newest or (snapshot is None and bool(retained))
             newest.add(snapshot)
             if expired or (superseded and path != current):

@@ -310,6 +310,9 @@ iceberg_metadata = Table(
     Column("table_id", Integer, nullable=False),
     Column("path", Text, nullable=False),
     Column("snapshot_id", BigInteger, nullable=True),
+    # Every snapshot it lists (JSON): once one of them expires, its manifest list is deleted,
+    # and so is this file, which refers to it.
+    Column("snapshot_ids", Text, nullable=False, default="[]"),
     Column("content_hash", String(64), nullable=False),
     Column("published_at", BigInteger, nullable=False),
     PrimaryKeyConstraint("table_id", "path"),
