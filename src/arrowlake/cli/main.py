@@ -19,7 +19,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TextIO
 
-from arrowlake.cli import commands, iceberg_rest, maintain, tail
+from arrowlake.cli import commands, iceberg, iceberg_rest, maintain, tail
 from arrowlake.cli.commands import Output, parse_duration, split_list
 from arrowlake.cli.formats import FORMATS
 from arrowlake.errors import ArrowlakeError, NotFound
@@ -143,6 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="show a progress bar on stderr (default: when stderr is a terminal)")
 
     maintain.add_parsers(add)
+    iceberg.add_parser(add)
     iceberg_rest.add_parser(add)
 
     p = add("serve", commands.cmd_serve,
