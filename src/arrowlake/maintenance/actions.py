@@ -34,7 +34,7 @@ class Action:
     """One maintenance action the service took (one output line)."""
 
     table: str
-    action: str  # compact, expire or orphans
+    action: str  # compact, expire, orphans or iceberg (Iceberg metadata published)
     at: str  # ISO-8601 UTC, when it finished
     seconds: float
     snapshot_id: int | None = None  # the snapshot it committed (compact)
@@ -64,6 +64,8 @@ class Action:
                     f"{human_size(self.written_bytes)}")
             what += ", dropped (lost a race; retried later)" if self.dropped else \
                 f", snapshot {self.snapshot_id}"
+        elif self.action == "iceberg":
+            what = f"published Iceberg metadata of snapshot {self.snapshot_id}"
         elif self.action == "expire":
             what = (f"{self.expired_snapshots} snapshots, {self.deleted_files} files")
             if self.kept_for_consumers:
