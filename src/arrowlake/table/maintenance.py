@@ -135,6 +135,8 @@ def expire_snapshots(table: Table, older_than: datetime | timedelta | None = Non
         protected.update(held)
     expire = [s for s in ids if s not in protected]
     paths = table._metastore.expire_snapshots(table._record.table_id, expire)
+    # The published Iceberg view's files that only expired snapshots used (arrowlake.iceberg).
+    paths += table._metastore.expire_iceberg(table._record.table_id)
     storage = table._storage
     absolute = [storage.join(table._record.location, p) for p in paths]
     delete_reporting(storage, absolute, None, progress)
