@@ -5,7 +5,8 @@ where arrowlake is not installed: ``python client_read.py REQUESTS.json``. Each 
 an engine, a metadata file, optionally a snapshot (id, timestamp or ref name) and a filter,
 and where to write the rows read (Arrow IPC), or the error, as ``{"error": ...}`` in
 ``<out>.error``. ``"engine": "manifests"`` writes, as JSON, the manifests each snapshot's
-manifest list names, with their entries (as pyiceberg reads them).
+manifest list names, with their entries (as pyiceberg reads them). ``"storage"`` holds
+pyiceberg's file IO properties, ``"duckdb"`` statements DuckDB runs first (S3 secrets).
 """
 
 from __future__ import annotations
@@ -21,17 +22,24 @@ import pyarrow as pa
 from pyarrow import ipc
 
 
-def duckdb_connection(storage: dict[str, str]):
+def duckdb_connection(statements: list[str]):
+    import importlib
+
     import duckdb
-    import duckdb_extension_avro
-    import duckdb_extension_iceberg
 
     con = duckdb.connect()
-    # The extensions come from PyPI, not from DuckDB's server: loaded by their path.
-    for module in (duckdb_extension_avro, duckdb_extension_iceberg):
+    # The extensions come from PyPI (duckdb-extension-*), not from DuckDB's server: loaded
+    # by their path. httpfs (for S3) only where the environment has it.
+    for name in ("avro", "iceberg", "httpfs"):
+        try:
+            module = importlib.import_module(f"duckdb_extension_{name}")
+        except ImportError:
+            continue
         folder = os.path.dirname(module.__file__)
         (path,) = glob.glob(os.path.join(folder, "extensions", "*", "*.duckdb_extension"))
         con.execute(f"LOAD '{path}'")
+    for statement in statements:  # e.g. CREATE SECRET for S3
+        con.execute(statement)
     return con
 
 
@@ -74,19 +82,22 @@ def read_pyiceberg(request: dict, storage: dict[str, str]) -> pa.Table:
     return table.scan(row_filter=row_filter, snapshot_id=snapshot_id).to_arrow()
 
 
-def manifests(request: dict, storage: dict[str, str]) -> dict:
+def manifests(request: dict, storage: dict[str, str], con) -> dict:
+    """The manifests of every snapshot as pyiceberg lists them; v3 fields pyiceberg 0.12 does
+    not read (``first_row_id``) from DuckDB's Avro reader."""
     table = pyiceberg_table(request, storage)
     out = {}
     for snapshot in table.metadata.snapshots:
         listed = []
         for m in snapshot.manifests(table.io):
+            row_ids = dict(con.execute(
+                "SELECT data_file.file_path, data_file.first_row_id "
+                f"FROM read_avro('{m.manifest_path}')").fetchall())
             entries = [{"status": int(e.status), "path": e.data_file.file_path,
                         "content": int(e.data_file.content),
                         "format": str(e.data_file.file_format),
-                        "referenced": getattr(e.data_file, "referenced_data_file", None),
-                        "offset": getattr(e.data_file, "content_offset", None),
                         "records": e.data_file.record_count,
-                        "first_row_id": getattr(e.data_file, "first_row_id", None)}
+                        "first_row_id": row_ids[e.data_file.file_path]}
                        for e in m.fetch_manifest_entry(table.io, discard_deleted=False)]
             listed.append({"path": m.manifest_path, "content": int(m.content),
                            "added_snapshot": m.added_snapshot_id, "entries": entries})
@@ -102,13 +113,13 @@ def main() -> None:
     for request in spec["requests"]:
         out = request["out"]
         try:
+            if request["engine"] in ("manifests", "duckdb") and con is None:
+                con = duckdb_connection(spec.get("duckdb", []))
             if request["engine"] == "manifests":
                 with open(out, "w") as f:
-                    json.dump(manifests(request, storage), f)
+                    json.dump(manifests(request, storage, con), f)
                 continue
             if request["engine"] == "duckdb":
-                if con is None:
-                    con = duckdb_connection(storage)
                 rows = read_duckdb(con, request)
             else:
                 rows = read_pyiceberg(request, storage)

@@ -36,14 +36,17 @@ class ClientError(Exception):
 
 
 def read_all(python: Path, reads: Sequence[Read], tmp_path: Path,
-             storage: dict[str, str] | None = None) -> list[Any]:
+             storage: dict[str, str] | None = None,
+             duckdb: Sequence[str] = ()) -> list[Any]:
     """Run ``reads`` in one process of the clients' environment: a table per read (a dict for
-    ``manifests``), or the :class:`ClientError` it raised."""
+    ``manifests``), or the :class:`ClientError` it raised. ``storage``: pyiceberg's file IO
+    properties; ``duckdb``: statements DuckDB runs first."""
     folder = tmp_path / f"reads-{len(list(tmp_path.glob('reads-*')))}"
     folder.mkdir()
     requests = [{**asdict(r), "out": str(folder / f"{i}.out")} for i, r in enumerate(reads)]
     spec = folder / "requests.json"
-    spec.write_text(json.dumps({"requests": requests, "storage": storage or {}}))
+    spec.write_text(json.dumps({"requests": requests, "storage": storage or {},
+                                "duckdb": list(duckdb)}))
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     done = subprocess.run([str(python), str(CLIENT_SCRIPT), str(spec)], capture_output=True,
                           text=True, env=env, timeout=300)
