@@ -118,18 +118,21 @@ def write(ddf: Any, table: Table, mode: str = "append", *, commit_id: str | None
     if mode not in WRITE_MODES:
         raise ValidationError(f"Unknown write mode {mode!r}; use one of {', '.join(WRITE_MODES)}")
     table._check_write(commit_id)
-    target = staged.write_target(table)
-    staged.check_mode(target, mode, None)
-    write_mode: staged.WriteMode = "upsert" if mode == "upsert" else "append"
-    tasks = [dask.delayed(stage_partition, pure=False)(target, part, write_mode, n)
-             for n, part in enumerate(ddf.to_delayed())]
-    outcomes = _run_all(tasks)
-    done = [o for o in outcomes if isinstance(o, staged.StagedWrite)]
-    failed = [o for o in outcomes if not isinstance(o, staged.StagedWrite)]
-    if failed:
-        staged.discard_staged(target, done)
-        raise failed[0]
-    return staged.commit_staged(table, done, write_mode, commit_id=commit_id)
+    target = staged.write_target(table, "dask")  # registered while the workers write
+    try:
+        staged.check_mode(target, mode, None)
+        write_mode: staged.WriteMode = "upsert" if mode == "upsert" else "append"
+        tasks = [dask.delayed(stage_partition, pure=False)(target, part, write_mode, n)
+                 for n, part in enumerate(ddf.to_delayed())]
+        outcomes = _run_all(tasks)
+        done = [o for o in outcomes if isinstance(o, staged.StagedWrite)]
+        failed = [o for o in outcomes if not isinstance(o, staged.StagedWrite)]
+        if failed:
+            staged.discard_staged(target, done)
+            raise failed[0]
+        return staged.commit_staged(table, done, write_mode, commit_id=commit_id)
+    finally:
+        target.finish()
 
 
 def _run_all(tasks: list[Any]) -> list[Any]:

@@ -155,3 +155,12 @@ def require(module: str, extra: str, feature: str) -> Any:
         raise MissingDependency(
             f"{feature} needs the '{module}' package: pip install 'arrowlake[{extra}]'"
         ) from exc
+
+
+class ArrowlakeWarning(UserWarning):
+    """Base class of arrowlake's warnings."""
+
+
+class UnsafeOrphanAge(ArrowlakeWarning):
+    """An orphan age (``older_than``, ``orphan.min-age``) too small to be safe for files that
+    no registered write claims (see ``Table.remove_orphan_files``)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import re
 import threading
@@ -48,6 +49,7 @@ from arrowlake.table.maintenance_policy import (
     COMPACTION_MODE,
     DEFAULT_COMPACTION_MODE,
     NEW_TABLE_COMPACTION_MODE,
+    warn_unsafe_properties,
 )
 from arrowlake.table.pk_options import validate_pk_options, validate_properties
 from arrowlake.table.table import Table
@@ -186,6 +188,7 @@ class Lake:
         if primary_key and NEW_TABLE_COMPACTION_MODE != DEFAULT_COMPACTION_MODE:
             props.setdefault(COMPACTION_MODE, NEW_TABLE_COMPACTION_MODE)
         validate_properties(props, primary_key)
+        warn_unsafe_properties(props)
         with_ids, next_id = assign_field_ids(schema)
         if location is None:
             location = self.storage_for(self.warehouse).join(
@@ -263,6 +266,11 @@ class Lake:
         if bytes_per_second is not None and not bytes_per_second > 0:
             raise ValidationError(
                 f"bytes_per_second must be above 0 (or None: no limit), not {bytes_per_second}")
+        for name, seconds in (("interval", interval), ("orphans_every", orphans_every)):
+            if not (isinstance(seconds, int | float) and math.isfinite(seconds)
+                    and seconds >= 0):
+                raise ValidationError(
+                    f"{name} must be a number of seconds, 0 or more, not {seconds!r}")
         chosen = None if tables is None else [self.table(name) for name in tables]
         service = Maintainer(self, chosen, max_concurrent=max_concurrent,
                              bytes_per_second=bytes_per_second, interval=interval,

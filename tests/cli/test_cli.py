@@ -369,7 +369,7 @@ def test_lake_from_environment(lake_path, capsys, monkeypatch):
 
 def test_usage_errors_exit_2(run):
     code, _, err = run("expire", "t", "--older-than", "3x")
-    assert code == 2 and "invalid duration" in err
+    assert code == 2 and "is not a duration" in err
     code, _, err = run("frobnicate")
     assert code == 2 and "invalid choice" in err
 

@@ -35,7 +35,8 @@ def roundtrip(obj):
 
 def test_stages_commit_as_one_snapshot(any_lake):
     t = any_lake.create_table("s.t", SCHEMA, partition_by=["v"])
-    target = roundtrip(write_target(t))
+    driver = write_target(t)  # the driver keeps its target (and registration) until it commits
+    target = roundtrip(driver)
     parts = [roundtrip(stage(target, {"id": [i, i + 10], "v": ["a", "b"]}, order=i))
              for i in range(3)]
     result = commit_staged(t, parts)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
-import re
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -32,25 +31,22 @@ from arrowlake.errors import TableNotFound, ValidationError
 from arrowlake.lake import Lake
 from arrowlake.schema import describe
 from arrowlake.table.table import Table
-from arrowlake.units import human_size
-
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([wdhms])")
-_UNIT_SECONDS = {"w": 604800, "d": 86400, "h": 3600, "m": 60, "s": 1}
+from arrowlake.units import human_size, parse_duration_seconds
 
 
 def parse_duration(text: str) -> timedelta:
-    """``7d``, ``12h``, ``30m``, ``0s``, ``1w`` or combinations like ``1h30m`` as a timedelta.
+    """A duration in the syntax of :mod:`arrowlake.units` (``7d``, ``12h``, ``30 min``, ``1w``,
+    ``500 ms``, ``3600``, ``1h30m``) as a timedelta.
 
     >>> parse_duration("1h30m")
     datetime.timedelta(seconds=5400)
     """
-    compact = text.strip().lower()
-    parts = _DURATION_PART.findall(compact)
-    if not compact or "".join(n + u for n, u in parts) != compact:
-        raise argparse.ArgumentTypeError(
-            f"invalid duration {text!r}: use a number and a unit (w, d, h, m, s), like 7d, 12h, "
-            "30m, 0s or 1h30m")
-    return timedelta(seconds=sum(float(n) * _UNIT_SECONDS[u] for n, u in parts))
+    try:
+        return timedelta(seconds=parse_duration_seconds(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    except OverflowError:
+        raise argparse.ArgumentTypeError(f"{text!r} is too long a duration") from None
 
 
 def split_list(text: str) -> list[str]:

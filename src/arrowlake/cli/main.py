@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
-from typing import TextIO
+from typing import Any, TextIO
 
 from arrowlake.cli import commands, iceberg, iceberg_rest, maintain, tail
 from arrowlake.cli.commands import Output, parse_duration, split_list
@@ -26,6 +27,7 @@ from arrowlake.errors import ArrowlakeError, NotFound
 from arrowlake.flight import DEFAULT_PORT
 from arrowlake.io.storage import normalize_location
 from arrowlake.lake import LAKE_ENV, Lake, lake_address
+from arrowlake.units import DURATION_HELP
 
 #: Exit status for errors the user can fix (argparse uses 2 for bad usage as well).
 USER_ERROR = 2
@@ -43,11 +45,21 @@ def _positive_int(text: str) -> int:
     return value
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse takes ``-5s`` for an option (only plain negative numbers are values), so
+    ``--interval -5s`` failed with "expected one argument". No option of ours starts with a
+    digit, so a dash followed by one is always a value here, and its own check refuses it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = re.compile(r"^-\.?\d")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="arrowlake",
         description="Inspect, load, export and maintain arrowlake tables.",
-        epilog=f"The lake defaults to ${LAKE_ENV}. Durations are like 7d, 12h, 30m, 0s or 1h30m.",
+        epilog=f"The lake defaults to ${LAKE_ENV}. Durations: {DURATION_HELP}.",
     )
     parser.add_argument(
         "--lake", metavar="PATH|URI",
@@ -58,11 +70,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", action="store_true",
                         help="print machine-readable JSON on stdout instead of text tables")
     # ``--json`` is accepted after the command too; SUPPRESS keeps the global value otherwise.
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
                         help="print JSON on stdout")
 
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True,
+                                parser_class=_Parser)
 
     def add(name: str, func: Command, help: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help, description=help, parents=[common])

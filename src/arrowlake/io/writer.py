@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from arrowlake.errors import ValidationError
+from arrowlake.io.pools import ContextPool
 from arrowlake.io.stats import (
     column_stats_deferring,
     encode_partition_value,
@@ -47,7 +48,7 @@ def shared_executor() -> ThreadPoolExecutor:
     global _EXECUTOR
     with _EXECUTOR_LOCK:
         if _EXECUTOR is None:
-            _EXECUTOR = ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2),
+            _EXECUTOR = ContextPool(max_workers=max(2, os.cpu_count() or 2),
                                            thread_name_prefix="arrowlake-write")
         return _EXECUTOR
 
@@ -442,7 +443,7 @@ def close_all(writers: Sequence[DataFileWriter]) -> list[NewFile]:
         return [f for w in writers for f in w.close()]
     # Finishing a file on an object store is a request (the upload's completion): finish them
     # all at once, on a pool of their own since closing waits for tasks on the shared one.
-    with ThreadPoolExecutor(max_workers=min(len(writers), 16),
+    with ContextPool(max_workers=min(len(writers), 16),
                             thread_name_prefix="arrowlake-close") as pool:
         return [f for files in pool.map(DataFileWriter.close, writers) for f in files]
 

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from arrowlake.metastore.inflight import registered_write
 from arrowlake.metastore.streams import LeaseHolder
 from arrowlake.streaming import leases
 from arrowlake.table import compaction, vector_compaction
@@ -178,21 +179,31 @@ def compact_due(table: Table, holds: BucketLeases, budget: ByteBudget,
         if not taken:
             continue
         try:
-            for _ in range(VECTOR_RETRIES + 1 if vectors else 1):
-                started = time.monotonic()
-                if vectors:
-                    result = vector_compaction.compact_vectors(table, touched=taken,
-                                                               background=True)
-                else:
-                    result = compaction.compact(table, only=[
-                        (d.partition_id, d.bucket) for d in chunk if (d.bucket or 0) in taken])
-                budget.charge(result.removed_bytes + result.added_bytes)
-                if result.snapshot_id is not None or result.dropped:
-                    emit(_compacted(table, result, taken, time.monotonic() - started))
-                if not result.dropped or stop.is_set():
-                    break
+            with registered_write(table._metastore, table._record.table_id, "maintain"):
+                _compact_chunk(table, chunk, taken, vectors, budget, stop, emit)
         finally:
             holds.give_up(table, taken)
+
+
+def _compact_chunk(table: Table, chunk: list[DueBucket], taken: list[int], vectors: bool,
+                   budget: ByteBudget, stop: threading.Event,
+                   emit: Callable[[Action], None]) -> None:
+    """One chunk of due buckets (leased), retried at once while a vector rewrite is voided."""
+    for _ in range(VECTOR_RETRIES + 1 if vectors else 1):
+        started = time.monotonic()
+        if vectors:
+            result = vector_compaction.compact_vectors(table, touched=taken,
+                                                       background=True)
+        else:
+            result = compaction.compact(table, only=[
+                (d.partition_id, d.bucket) for d in chunk if (d.bucket or 0) in taken])
+        budget.charge(result.removed_bytes + result.added_bytes)
+        if result.snapshot_id is not None or result.dropped:
+            emit(_compacted(table, result, taken, time.monotonic() - started))
+        if not result.dropped or stop.is_set():
+            break
+
+
 
 
 def _compacted(table: Table, result: CompactionResult, buckets: list[int],

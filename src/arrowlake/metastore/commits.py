@@ -79,9 +79,9 @@ class Commits(Database):
         read-only database :class:`ReadOnlyLake`; neither is retried.
         """
         check_commit_id(change.commit_id)
-        write_id = change.write_id or CURRENT_WRITE.get()
+        current_write = CURRENT_WRITE.get()
         result = self._committing(table_id, lambda conn, token, retrying: self._commit_once(
-            conn, table_id, base_snapshot_id, change, token, retrying, write_id))
+            conn, table_id, base_snapshot_id, change, token, retrying, current_write))
         assert result is not None
         return result
 
@@ -107,9 +107,9 @@ class Commits(Database):
                 return None
             check_commit_id(change.commit_id)
             return self._commit_once(conn, table_id, current, change, token, retrying,
-                                     change.write_id or write_id)
+                                     current_write)
 
-        write_id = CURRENT_WRITE.get()
+        current_write = CURRENT_WRITE.get()
 
         return self._committing(table_id, once)
 
@@ -183,9 +183,9 @@ class Commits(Database):
                 & (t.snapshots.c.commit_id == change.commit_id))).first()
             if dup is not None:
                 return int(dup[0]), True
-        if write_id is not None and (change.add or change.changelog or change.tombstones
-                                     or change.vectors):
-            InflightWrites.check_registered(conn, write_id)
+        if change.add or change.changelog or change.tombstones or change.vectors:
+            for registered in {*change.write_ids, *([write_id] if write_id else [])}:
+                InflightWrites.check_registered(conn, registered)
         if change.deletion_vectors is not None and \
                 deletion_vectors_on(json.loads(row[2])) != change.deletion_vectors:
             planned = "deletion vectors" if change.deletion_vectors else "merge-on-read runs"

@@ -59,6 +59,6 @@ def holder_alive(row: Any) -> bool | None:
     """Whether the holder of a lease or write row (with ``host`` and ``pid``) is alive: False
     when its process is known to be gone, None when that cannot be told from here (another
     machine or PID namespace: its lease's expiry decides)."""
-    if row.host != HOST:
-        return None
+    if row.host != HOST or int(row.pid) <= 0:
+        return None  # another machine, or no holder process (a detached write)
     return process_alive(int(row.pid))

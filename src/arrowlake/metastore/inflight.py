@@ -26,6 +26,7 @@ import contextvars
 import os
 import re
 import threading
+import time
 import uuid
 import weakref
 from collections.abc import Iterator, Sequence
@@ -42,6 +43,12 @@ from arrowlake.metastore.records import now_ms
 #: How long a registration lasts unless renewed. Its holder renews it every quarter of that;
 #: a holder on another machine that died is noticed once it runs out.
 LEASE_SECONDS = 300.0
+
+#: How long a detached registration (a Spark data source write) lasts after it was made or
+#: last committed under: a job that runs longer between commits fails its commit (nothing
+#: committed), and a crashed job's files are left alone this long before orphan removal may
+#: take them.
+DETACHED_LEASE_SECONDS = 86400.0
 
 #: The registration the current write runs under (its ``write_id``), if any.
 CURRENT_WRITE: contextvars.ContextVar[str | None] = contextvars.ContextVar(
@@ -61,9 +68,11 @@ class InflightWrites(Database):
     """The registrations of writes in flight, part of
     :class:`~arrowlake.metastore.store.Metastore`."""
 
-    def register_write(self, table_id: int | None, kind: str, lease_ms: int) -> str:
-        """Register a write held by this process (to ``table_id``, or to several tables when
-        None); its ``write_id``."""
+    def register_write(self, table_id: int | None, kind: str, lease_ms: int, *,
+                       detached: bool = False) -> str:
+        """Register a write (to ``table_id``, or to several tables when None); its
+        ``write_id``. Held by this process, or ``detached``: held by no process, kept by its
+        lease alone (see :class:`WriteRegistration`)."""
         write_id = uuid.uuid4().hex
         now = now_ms()
         with self._write() as conn:
@@ -71,17 +80,20 @@ class InflightWrites(Database):
                 self._lock_table(conn, table_id)
             conn.execute(t.writes.insert().values(
                 write_id=write_id, table_id=table_id, kind=kind[:32], host=HOST,
-                pid=os.getpid(), started_at=now, expires_at=now + lease_ms))
+                pid=0 if detached else os.getpid(), started_at=now,
+                expires_at=now + lease_ms, lease_ms=lease_ms))
         return write_id
 
-    def renew_writes(self, write_ids: Sequence[str], lease_ms: int) -> set[str]:
-        """Extend the leases of ``write_ids``; the ids still registered."""
+    def renew_writes(self, write_ids: Sequence[str], lease_ms: int | None = None) -> set[str]:
+        """Extend the leases of ``write_ids`` by their own lease (or by ``lease_ms``); the ids
+        still registered."""
         if not write_ids:
             return set()
         c = t.writes.c
+        until = now_ms() + (c.lease_ms if lease_ms is None else lease_ms)
         with self._write() as conn:
             conn.execute(t.writes.update().where(c.write_id.in_(list(write_ids)))
-                         .values(expires_at=now_ms() + lease_ms))
+                         .values(expires_at=until))
             return set(conn.execute(sa.select(c.write_id).where(
                 c.write_id.in_(list(write_ids)))).scalars())
 
@@ -119,9 +131,11 @@ class InflightWrites(Database):
     def check_registered(conn: sa.Connection, write_id: str) -> None:
         """Inside a commit: the write must still be registered (see the module docs)."""
         c = t.writes.c
-        row = conn.execute(sa.select(c.write_id).where(c.write_id == write_id)
-                           .with_for_update()).first()
-        if row is None:
+        # Extending the lease locks the row too, so a revocation waits for this commit (or
+        # this commit finds the row gone); a detached write's lease runs from its last commit.
+        found = conn.execute(t.writes.update().where(c.write_id == write_id)
+                             .values(expires_at=now_ms() + c.lease_ms)).rowcount
+        if found == 0:
             raise CommitConflict(
                 f"The write {write_id} is no longer registered as in flight: its lease ran out "
                 "(or its process was taken for dead) and orphan removal may have deleted its "
@@ -136,6 +150,7 @@ class _Heartbeat:
         self._writes: dict[str, tuple[weakref.ref[Any], int]] = {}  # id -> (metastore, pid)
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
+        self._next_beat = 0.0  # when the thread renews next (monotonic)
 
     def add(self, metastore: InflightWrites, write_id: str) -> None:
         with self._lock:
@@ -143,7 +158,10 @@ class _Heartbeat:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, daemon=True,
                                                 name="arrowlake-write-heartbeat")
+                self._next_beat = time.monotonic() + LEASE_SECONDS / 4
                 self._thread.start()
+            elif time.monotonic() + LEASE_SECONDS / 4 < self._next_beat:
+                self._wake.set()  # the lease got shorter than the thread's sleep
 
     def remove(self, write_id: str) -> None:
         with self._lock:
@@ -151,8 +169,10 @@ class _Heartbeat:
 
     def _run(self) -> None:
         while True:
-            self._wake.wait(LEASE_SECONDS / 4)
+            self._wake.wait(max(0.0, self._next_beat - time.monotonic()))
+            self._wake.clear()
             with self._lock:
+                self._next_beat = time.monotonic() + LEASE_SECONDS / 4
                 pid = os.getpid()
                 # A forked child inherits the entries but holds none of the writes.
                 mine = {w: ref for w, (ref, owner) in self._writes.items() if owner == pid}
@@ -176,30 +196,41 @@ _HEARTBEAT = _Heartbeat()
 
 class WriteRegistration:
     """A write registered in flight (see the module docs). Use it as a context manager around
-    the write: files written inside carry its id, and the registration ends on exit. Ended
-    also when the object is collected, so a registration a driver forgets does not protect
-    its files for as long as the process lives."""
+    the write: files written inside carry its id, and the registration ends on exit.
 
-    def __init__(self, metastore: InflightWrites, table_id: int | None, kind: str) -> None:
+    An attached registration (the default) is held by this process: a background thread
+    renews it every quarter of :data:`LEASE_SECONDS`, and it ends when the object is collected,
+    so a registration a driver forgets does not protect its files for as long as the process
+    lives. A detached one (``detached_lease`` seconds) is held by no process: for a Spark data
+    source write, whose driver-side Python processes make the write in one process and commit
+    it in another, it is kept by its lease alone, which each commit under it extends, and ends
+    only when :meth:`end` is called or the lease runs out.
+    """
+
+    def __init__(self, metastore: InflightWrites, table_id: int | None, kind: str, *,
+                 detached_lease: float | None = None) -> None:
         self.table_id = table_id
-        self.write_id = metastore.register_write(table_id, kind, int(LEASE_SECONDS * 1000))
-        _HEARTBEAT.add(metastore, self.write_id)
+        self.detached = detached_lease is not None
+        lease = LEASE_SECONDS if detached_lease is None else detached_lease
+        self.write_id = metastore.register_write(table_id, kind, int(lease * 1000),
+                                                 detached=self.detached)
         self._tokens: list[contextvars.Token[str | None]] = []
+        self._finalizer: Any
+        if self.detached:
+            self._finalizer = weakref.finalize(self, lambda: None)
+            self._metastore_ref = weakref.ref(metastore)
+            return
+        _HEARTBEAT.add(metastore, self.write_id)
         self._finalizer = weakref.finalize(self, _end, weakref.ref(metastore), self.write_id,
                                            os.getpid())
 
     def end(self) -> None:
         """End the registration (idempotent): the write committed or gave up."""
+        if self.detached:
+            metastore = self._metastore_ref()
+            if metastore is not None and self._finalizer.alive:
+                metastore.end_write(self.write_id)
         self._finalizer()
-
-    @contextlib.contextmanager
-    def active(self) -> Iterator[str]:
-        """Files written and commits made inside carry this registration (without ending it)."""
-        token = CURRENT_WRITE.set(self.write_id)
-        try:
-            yield self.write_id
-        finally:
-            CURRENT_WRITE.reset(token)
 
     def __enter__(self) -> WriteRegistration:
         self._tokens.append(CURRENT_WRITE.set(self.write_id))
@@ -218,6 +249,20 @@ def _end(metastore_ref: weakref.ref[Any], write_id: str, pid: int) -> None:
     # At exit, or with the database gone, the row is left to its lease and holder check.
     with contextlib.suppress(Exception):
         metastore.end_write(write_id)
+
+
+@contextlib.contextmanager
+def writing_under(write_id: str | None) -> Iterator[None]:
+    """Files written and commits made inside belong to the registration ``write_id`` (an
+    executor's task writing for its driver's registration; None: leave the current one)."""
+    if write_id is None:
+        yield
+        return
+    token = CURRENT_WRITE.set(write_id)
+    try:
+        yield
+    finally:
+        CURRENT_WRITE.reset(token)
 
 
 @contextlib.contextmanager

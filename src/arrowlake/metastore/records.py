@@ -260,10 +260,10 @@ class SnapshotChange:
     # was switched meanwhile, the commit is a CommitConflict, never a snapshot of one mode in
     # a table of the other.
     deletion_vectors: bool | None = None
-    # The registration of the write in flight that wrote ``add`` (see metastore/inflight.py);
-    # None: the one current in the committing context, if any. The commit fails if it was
-    # revoked, since orphan removal may then have deleted the files.
-    write_id: str | None = None
+    # The registrations of the writes in flight that wrote the change's files (see
+    # metastore/inflight.py), besides the one current in the committing context. The commit
+    # fails if one was revoked, since orphan removal may then have deleted its files.
+    write_ids: tuple[str, ...] = ()
     # The lake transaction this change commits in, recorded with the snapshot.
     transaction_id: str | None = None
 

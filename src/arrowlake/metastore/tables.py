@@ -266,7 +266,9 @@ writes = Table(
     # orphan removal skips them while the row exists; orphan removal deletes the row of a write
     # whose holder is gone (or whose lease ran out) before it deletes any of its files, and a
     # commit checks the row inside its transaction, so a write whose files may be gone never
-    # commits.
+    # commits. A detached write (pid 0: a Spark data source write, whose Python processes on
+    # the driver come and go) has no holder to check: only its lease, extended by each of its
+    # commits, decides.
     Column("write_id", String(32), primary_key=True),
     # The table written (null: several, in one lake transaction). Orphan removal of any table
     # honours every registration: the id in a file's name is what counts.
@@ -275,7 +277,8 @@ writes = Table(
     Column("host", String(255), nullable=False),
     Column("pid", Integer, nullable=False),
     Column("started_at", BigInteger, nullable=False),  # epoch ms
-    Column("expires_at", BigInteger, nullable=False),  # epoch ms; the holder renews it
+    Column("expires_at", BigInteger, nullable=False),  # epoch ms; renewals extend it ...
+    Column("lease_ms", BigInteger, nullable=False),  # ... by this much
     ForeignKeyConstraint(["table_id"], ["al_tables.table_id"], ondelete="CASCADE"),
     Index("al_writes_table", "table_id"),
 )

@@ -120,7 +120,9 @@ def compact(spark: SparkSession, lake: Lake | str, table: str, full: bool = Fals
     pk_options.require_primary_key(t, "compact()")
     if t._record.deletion_vectors:
         return _compact_vectors(spark, t, full)
-    planned = compaction.plan_compaction(t, full)
+    target = write_target(t, "spark-compact")
+    with target.writing():  # a full-compaction changelog is written while planning
+        planned = compaction.plan_compaction(t, full)
     if planned is None:
         return CompactionResult(None)
     plan, picks, log = planned
@@ -128,7 +130,6 @@ def compact(spark: SparkSession, lake: Lake | str, table: str, full: bool = Fals
         return CompactionResult(None)
     merge = t._merge_spec()
     assert merge is not None
-    target = write_target(t)
     partitions = {pid: (path, values) for pid, path, values in
                   t._metastore.partitions(t._record.table_id)}
     inputs = [[f for run in runs for f in run] for runs, _ in picks]
@@ -140,7 +141,8 @@ def compact(spark: SparkSession, lake: Lake | str, table: str, full: bool = Fals
     added: list[NewFile] = []
     try:
         added = [f for files in run_tasks(spark, _merge_bucket, payloads) for f in files]
-        return compaction.commit_merged(t, plan.base, inputs, added, log)
+        with target.writing():  # the commit checks the registration the tasks wrote under
+            return compaction.commit_merged(t, plan.base, inputs, added, log)
     except BaseException:
         _discard(t, [*added, *log[0]])
         raise
@@ -152,9 +154,10 @@ def _merge_bucket(payload: tuple[WriteTarget, Split, bool, dict[int, tuple[str, 
     target, split, keep, partitions = payload
     table = cast("Table", target)  # merging and writing read only what a WriteTarget holds
     files = list(split.files)
-    merged = compaction.merge_pick(table, split, keep_retractions=keep)
-    written, _ = write_started(lambda writers: writers.append(compaction._write_compacted(
-        table, merged, files, partitions, dictionary_columns(merged))))
+    with target.writing():  # the files belong to the driver's registered write
+        merged = compaction.merge_pick(table, split, keep_retractions=keep)
+        written, _ = write_started(lambda writers: writers.append(compaction._write_compacted(
+            table, merged, files, partitions, dictionary_columns(merged))))
     return written
 
 
@@ -174,7 +177,7 @@ def _compact_vectors(spark: SparkSession, t: Table, full: bool) -> CompactionRes
     if not picks and not logged:
         return CompactionResult(None)
     picks.sort(key=lambda p: (-len(p), vector_compaction._Pick(p).live_bytes))
-    target = write_target(t)
+    target = write_target(t, "spark-compact")
     added: list[NewFile] = []
     log: list[NewFile] = []
     try:
@@ -186,7 +189,8 @@ def _compact_vectors(spark: SparkSession, t: Table, full: bool) -> CompactionRes
         removed = [f for files in picks for f in files]
         summary: dict[str, Any] = {"buckets": len(picks)}
         if logged:
-            log, noted = vector_changelog.full_compaction_changelog(t, base)
+            with target.writing():
+                log, noted = vector_changelog.full_compaction_changelog(t, base)
             summary.update(noted)
             if not picks and not log:
                 return CompactionResult(None)  # nothing changed since the last one
@@ -198,7 +202,8 @@ def _compact_vectors(spark: SparkSession, t: Table, full: bool) -> CompactionRes
             expect_vectors={f.file_id: f.deletes.since if f.deletes else None
                             for f in removed}, deletion_vectors=True)
         try:
-            result = t._metastore.commit(t._record.table_id, base, change)
+            with target.writing():  # the commit checks the registration the tasks wrote under
+                result = t._metastore.commit(t._record.table_id, base, change)
         except CommitConflict:
             _discard(t, [*added, *log])
             return CompactionResult(None, dropped=True)
@@ -218,7 +223,8 @@ def _rewrite_bucket(payload: tuple[WriteTarget, Split]) -> list[NewFile]:
     files = list(split.files)
     rows = sort_by_key(read_split_table(split), list(target._record.primary_key))
     group = (vector_compaction._partition_scalars(table, files[0]), files[0].bucket or 0, rows)
-    written, _ = write_started(partial(start_group_writers, table, [group], target.schema))
+    with target.writing():  # the files belong to the driver's registered write
+        written, _ = write_started(partial(start_group_writers, table, [group], target.schema))
     low = min(f.seq_min or 0 for f in files)
     high = max(f.seq_max or 0 for f in files)
     return [replace(f, seq_min=low, seq_max=high) for f in written]

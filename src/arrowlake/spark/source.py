@@ -70,6 +70,7 @@ from arrowlake.errors import NotFound, ValidationError
 from arrowlake.expressions import Expr, to_expression
 from arrowlake.io.storage import normalize_location
 from arrowlake.lazy import lazy_module
+from arrowlake.metastore.inflight import DETACHED_LEASE_SECONDS
 from arrowlake.scan.split import Split
 from arrowlake.spark.types import (
     from_spark_batch,
@@ -77,6 +78,7 @@ from arrowlake.spark.types import (
     spark_schema,
     to_spark_batch,
 )
+from arrowlake.units import parse_duration_seconds
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
@@ -358,7 +360,10 @@ class ArrowlakeWriter(DataSourceArrowWriter):
         self.commit_id = options.get("commitid") or None
         table = open_table(options)
         staging.check_mode(table, self.mode, self.replace_where)
-        self.target: WriteTarget = staging.write_target(table)
+        # Detached: PySpark makes this writer in one Python process on the driver and commits
+        # in another, so no process holds the registration; its lease alone keeps it.
+        self.target: WriteTarget = staging.write_target(
+            table, "spark", detached_lease=write_lease(options))
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedMessage:
         from pyspark import TaskContext
@@ -379,12 +384,28 @@ class ArrowlakeWriter(DataSourceArrowWriter):
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         staged = [m.staged for m in messages if isinstance(m, StagedMessage)]
         table = open_table(self.options)
-        staging.commit_staged(table, staged, self.mode, replace_where=self.replace_where,
-                              commit_id=self.commit_id)
+        try:
+            staging.commit_staged(table, staged, self.mode, replace_where=self.replace_where,
+                                  commit_id=self.commit_id)
+        finally:
+            self.target.finish(table._metastore)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         staging.discard_staged(self.target, [m.staged for m in messages
                                              if isinstance(m, StagedMessage)])
+        self.target.finish(open_table(self.options)._metastore)
+
+
+def write_lease(options: Mapping[str, str]) -> float:
+    """Option ``writeLease``: how long a write's registration lasts without a commit (see
+    :data:`arrowlake.metastore.inflight.DETACHED_LEASE_SECONDS`, the default)."""
+    text = options.get("writelease")
+    if not text:
+        return DETACHED_LEASE_SECONDS
+    try:
+        return parse_duration_seconds(text)
+    except ValueError as exc:
+        raise ValidationError(f"Option writeLease: {exc}") from None
 
 
 def _chain(first: pa.RecordBatch, rest: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -80,6 +80,7 @@ from arrowlake.spark.source import (
     open_table,
     plan_splits,
     source_schema,
+    write_lease,
     write_mode,
 )
 from arrowlake.spark.source import ArrowlakeDataSource as BatchDataSource
@@ -358,7 +359,10 @@ class ArrowlakeStreamWriter(DataSourceStreamArrowWriter):
         table = open_table(self.options)
         self.mode, self.row_kind = stream_write_mode(self.options, overwrite, table, schema)
         staging.check_mode(table, self.mode, None)
-        self.target: WriteTarget = staging.write_target(table)
+        # Detached (see ArrowlakeDataSourceWriter): kept by its lease, which every micro-batch's
+        # commit extends; a query idle for longer than the lease fails its next commit.
+        self.target: WriteTarget = staging.write_target(
+            table, "spark-stream", detached_lease=write_lease(self.options))
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StreamMessage:
         from pyspark import TaskContext

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -42,6 +42,7 @@ import pyarrow as pa
 
 from arrowlake.errors import CommitConflict, ValidationError
 from arrowlake.expressions import AlwaysTrue
+from arrowlake.io.pools import ContextPool
 from arrowlake.io.writer import (
     DataFileWriter,
     FileTarget,
@@ -399,7 +400,7 @@ def _commit(table: Table, plan: _Plan, picks: list[tuple[list[Run], bool]],
 
     # Buckets are read and merged two at a time (Arrow and numpy release the GIL), each handed
     # to the write pool as soon as it is merged.
-    pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="arrowlake-compact")
+    pool = ContextPool(max_workers=2, thread_name_prefix="arrowlake-compact")
     futures: list[Future[DataFileWriter]] = []
     try:
         futures = [pool.submit(merge_and_write, i) for i in range(len(inputs))]

@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
-import re
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow.compute as pc
 
-from arrowlake.errors import ValidationError
+from arrowlake.errors import UnsafeOrphanAge, ValidationError
 from arrowlake.io.storage import FileInfo, Storage, is_within, normalize_location
-from arrowlake.metastore.records import epoch_ms
+from arrowlake.metastore.holders import holder_alive
+from arrowlake.metastore.inflight import write_id_of
+from arrowlake.metastore.records import epoch_ms, now_ms
 from arrowlake.metastore.store import Metastore
 from arrowlake.table import changelog
+from arrowlake.units import parse_duration_seconds
 
 if TYPE_CHECKING:
     from arrowlake.table.table import Table
@@ -31,19 +34,13 @@ class ExpireResult:
     expired_consumers: list[str] = field(default_factory=list)
 
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*(ms|s|sec|min|m|h|d)?\s*$", re.IGNORECASE)
-_UNIT_SECONDS = {"ms": 0.001, "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
-
-
 def parse_duration(name: str, text: str) -> float:
-    """A table property holding a duration (``"3600"`` seconds, ``"30 min"``, ``"7 d"``), in
-    seconds."""
-    match = _DURATION.match(str(text))
-    if match is None:
-        raise ValidationError(
-            f"Table property {name} = {text!r} is not a duration: give a number of seconds or "
-            "a number with a unit (ms, s, min, h, d), e.g. '7 d'")
-    return float(match.group(1)) * _UNIT_SECONDS[(match.group(2) or "s").lower()]
+    """A table property holding a duration (see :mod:`arrowlake.units`: ``"3600"`` seconds,
+    ``"30 min"``, ``"7 d"``, ``"1h30m"``), in seconds."""
+    try:
+        return parse_duration_seconds(text)
+    except ValueError as exc:
+        raise ValidationError(f"Table property {name} = {text!r}: {exc}") from None
 
 
 def _consumer_holds(table: Table, candidates: list[int]) -> tuple[dict[str, list[int]],
@@ -177,33 +174,82 @@ def keep_own(listed: list[FileInfo], location: str, metastore: Metastore,
             and not any(is_within(f.path, other) for other in others)]
 
 
+#: Ages below this are unsafe for files no registration claims: files of tools that do not
+#: register their writes (older arrowlake versions, copies made by hand), clocks that disagree
+#: between the writer, the object store and this process, and listings that lag behind.
+SAFE_ORPHAN_AGE = timedelta(hours=1)
+
+
+def warn_unsafe_orphan_age(older_than: timedelta, where: str) -> None:
+    """Warn (:class:`UnsafeOrphanAge`) about an orphan age below :data:`SAFE_ORPHAN_AGE`."""
+    if older_than < SAFE_ORPHAN_AGE:
+        warnings.warn(UnsafeOrphanAge(
+            f"{where} of {older_than} is below {SAFE_ORPHAN_AGE}: arrowlake's own writes in "
+            "flight stay safe (they are registered in the metastore and their files are never "
+            "taken), but unreferenced files that a tool writing without registration is still "
+            "writing, or whose times a skewed clock misstates, can be deleted"), stacklevel=3)
+
+
 def check_older_than(older_than: timedelta) -> None:
     if not isinstance(older_than, timedelta):
         raise ValidationError(
             f"older_than must be a timedelta (how old a file must be to count as an orphan), "
             f"got {older_than!r}; timedelta(0) takes every unreferenced file")
+    if older_than < timedelta(0):
+        raise ValidationError(f"older_than cannot be negative, got {older_than}")
+    warn_unsafe_orphan_age(older_than, "older_than")
 
 
-def orphans_of(table: Table, listed: list[FileInfo], older_than: timedelta) -> list[FileInfo]:
+def orphans_of(table: Table, listed: list[FileInfo], older_than: timedelta, *,
+               dry_run: bool = False) -> list[FileInfo]:
     """The files of ``listed`` (the table's own, listed just before) that no snapshot
-    references and that are older than ``older_than``."""
+    references, that no write in flight may still commit, and that are older than
+    ``older_than``.
+
+    Order matters (see metastore/inflight.py): the listing came first; then registrations
+    whose holder is gone or whose lease ran out are revoked (a commit of theirs now fails),
+    and the live ones read; then the references. A file in the listing was written after its
+    write registered, so that write is either still registered now, or committed (and its files
+    referenced by the time they are read), or revoked or ended without a commit. With
+    ``dry_run`` nothing is revoked: dead registrations are only left out of the protected set.
+    """
+    metastore = table._metastore
     storage = table._storage
     location = table._record.location
-    # A file committed after the listing was written before it; reading the references after
-    # listing means such a file is seen as referenced, never as an orphan.
+    if dry_run or metastore.read_only:
+        writes = [w for w in metastore.live_writes()
+                  if w["expires_at"] >= now_ms() and holder_alive(_Row(w)) is not False]
+    else:
+        metastore.revoke_dead_writes()
+        writes = metastore.live_writes()
+    in_flight = {w["write_id"] for w in writes}
     referenced = {storage.join(location, p)
-                  for p in table._metastore.all_file_paths(table._record.table_id)}
+                  for p in metastore.all_file_paths(table._record.table_id)}
     cutoff = time.time() * 1000 - older_than.total_seconds() * 1000
     return [f for f in listed if f.path not in referenced
+            and write_id_of(f.path) not in in_flight
             and (f.mtime_ms is None or f.mtime_ms < cutoff)]
+
+
+class _Row:
+    """A registration as :func:`holder_alive` reads it."""
+
+    def __init__(self, row: dict[str, Any]) -> None:
+        self.host, self.pid = row["host"], row["pid"]
 
 
 def remove_orphan_files(table: Table, older_than: timedelta = timedelta(days=1),
                         dry_run: bool = True, *,
                         progress: Callable[[int, int], None] | None = None) -> OrphanResult:
-    """Files under the table's location that no snapshot references and that are older than
-    ``older_than`` (younger ones may belong to a write still in progress); deleted unless
-    ``dry_run``, calling ``progress(bytes deleted, bytes to delete)`` as they go, if given.
+    """Files under the table's location that no snapshot references, that no write in flight
+    may still commit, and that are older than ``older_than``; deleted unless ``dry_run``,
+    calling ``progress(bytes deleted, bytes to delete)`` as they go, if given.
+
+    arrowlake's writes register in the metastore before they write a file and name their files
+    after the registration, so a write in progress keeps its files whatever ``older_than`` is
+    (see :func:`orphans_of`). The age still guards files of writers that do not register;
+    below one hour it is unsafe for those, and :class:`~arrowlake.errors.UnsafeOrphanAge` is
+    warned.
     """
     check_older_than(older_than)
     table.refresh()
@@ -211,7 +257,7 @@ def remove_orphan_files(table: Table, older_than: timedelta = timedelta(days=1),
     # list before reading references (see orphans_of)
     listed = own_files(storage, table._record.location, table._metastore,
                        table._record.table_id)
-    orphans = orphans_of(table, listed, older_than)
+    orphans = orphans_of(table, listed, older_than, dry_run=dry_run)
     orphans.sort(key=lambda f: f.path)
     paths = [f.path for f in orphans]
     if not dry_run:

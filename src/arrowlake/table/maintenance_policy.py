@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 
 from arrowlake.errors import ValidationError
-from arrowlake.table.maintenance import parse_duration
+from arrowlake.table.maintenance import parse_duration, warn_unsafe_orphan_age
 
 COMPACTION_MODE = "compaction.mode"
 COMPACTION_MODES = ("inline", "deferred", "off")
@@ -25,6 +26,8 @@ DEFAULT_COMPACTION_MODE = "inline"
 NEW_TABLE_COMPACTION_MODE = "inline"
 
 RETAIN_LAST = "snapshot.retain-last"
+#: Snapshot ids are 64-bit: a table never has more snapshots than this.
+MAX_RETAIN_LAST = 2**63 - 1
 MAX_AGE = "snapshot.max-age"
 ORPHAN_MIN_AGE = "orphan.min-age"
 #: How old an unreferenced file must be before the service deletes it, unless the table says:
@@ -66,6 +69,14 @@ class MaintenancePolicy:
         return self.retain_last is not None or self.max_age is not None
 
 
+def warn_unsafe_properties(given: Mapping[str, str]) -> None:
+    """When ``orphan.min-age`` is set below the safe age, warn (once, where it is set)."""
+    text = given.get(ORPHAN_MIN_AGE)
+    if text:
+        warn_unsafe_orphan_age(timedelta(seconds=parse_duration(ORPHAN_MIN_AGE, text)),
+                               f"Table property '{ORPHAN_MIN_AGE}' = {text!r}")
+
+
 def maintenance_policy(props: Mapping[str, str]) -> MaintenancePolicy:
     """The table's policy from its properties (ValidationError naming a malformed one)."""
     retain: int | None = None
@@ -75,10 +86,11 @@ def maintenance_policy(props: Mapping[str, str]) -> MaintenancePolicy:
             retain = int(text)
         except ValueError:
             retain = 0
-        if retain < 1:
+        if not 1 <= retain <= MAX_RETAIN_LAST:
             raise ValidationError(
-                f"Table property '{RETAIN_LAST}' must be a whole number of at least 1 (the "
-                f"newest snapshots the maintenance service always keeps), not {text!r}")
+                f"Table property '{RETAIN_LAST}' must be a whole number from 1 to "
+                f"{MAX_RETAIN_LAST} (the newest snapshots the maintenance service always "
+                f"keeps), not {text!r}")
     max_age = props.get(MAX_AGE)
     orphan = props.get(ORPHAN_MIN_AGE)
     return MaintenancePolicy(

@@ -30,6 +30,7 @@ from arrowlake.expressions import (
     to_expression,
 )
 from arrowlake.merge import ROW_KIND, RowKind
+from arrowlake.metastore.inflight import registered_write
 from arrowlake.schema import conform
 from arrowlake.table.inputs import batch_stream
 from arrowlake.table.key_lookup import key_range_filter, literal_keys
@@ -203,12 +204,14 @@ class MergeBuilder:
         """
         if not self.clauses:
             raise ValidationError("A merge needs at least one when_* clause")
-        for attempt in range(REPLAN_ATTEMPTS):
-            try:
-                return self._execute_once()
-            except CommitConflict as exc:
-                if attempt == REPLAN_ATTEMPTS - 1:
-                    raise gave_up("merge()", self.table, exc) from exc
+        table = self.table
+        with registered_write(table._metastore, table._record.table_id, "merge"):
+            for attempt in range(REPLAN_ATTEMPTS):
+                try:
+                    return self._execute_once()
+                except CommitConflict as exc:
+                    if attempt == REPLAN_ATTEMPTS - 1:
+                        raise gave_up("merge()", self.table, exc) from exc
         raise AssertionError("unreachable")
 
     def _execute_once(self) -> MergeResult:

@@ -30,7 +30,6 @@ writes applied in commit order.
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -46,6 +45,7 @@ from arrowlake.io.writer import DataFileWriter, write_started
 from arrowlake.merge import ROW_KIND, SEQUENCE, Deduplicate, FirstRow, MergeEngine
 from arrowlake.merge.equality import same_rows
 from arrowlake.merge.versions import is_retraction, row_kinds
+from arrowlake.metastore.inflight import new_file_name
 from arrowlake.metastore.records import NewFile, NewVector, SnapshotChange, StaleVectors
 from arrowlake.scan.planning import TableView, file_tasks
 from arrowlake.scan.split import FileTask
@@ -490,7 +490,7 @@ def _vectors(table: Table, plan: _Plan) -> tuple[list[NewVector], str | None]:
     relative = None
     locations: dict[int, puffin.BlobLocation] = {}
     if large:
-        relative = f"vectors/{uuid.uuid4().hex}.puffin"
+        relative = f"vectors/{new_file_name('puffin')}"
         path = storage.join(table._record.location, relative)
         written = puffin.write_puffin(storage, path, [
             puffin.Blob(blob, dv.BLOB_TYPE, {"referenced-data-file": plan.tasks[fid].path,

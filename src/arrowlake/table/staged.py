@@ -9,6 +9,13 @@ one metastore transaction. If the commit fails, or the job is abandoned
 (:func:`discard_staged`), the staged files are deleted; files of workers that died before
 reporting are left to ``remove_orphan_files``.
 
+:func:`write_target` registers the write in flight (metastore/inflight.py) in the process
+that makes it, which renews the registration while it lives; workers name every file they
+write after it, so orphan removal never takes them however long the job runs, and the commit
+fails if the registration was revoked (the committing process died or stalled past its
+lease). The registration ends when the target is finished (:meth:`WriteTarget.finish`) or
+collected; a streaming query's target lives as long as the query, one commit per batch.
+
 Primary-key tables: each stage writes one sorted run per bucket its rows hit, and every run of
 a commit gets the commit's sequence number. Versions of one key written by two stages of the
 same commit would then tie, so :func:`commit_staged` settles them: the rule is that stages
@@ -23,7 +30,8 @@ run before the commit, with the table's merge engine and in stage order.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 import pyarrow as pa
@@ -35,7 +43,8 @@ from arrowlake.io.storage import Storage
 from arrowlake.io.writer import write_batches
 from arrowlake.merge.runs import KIND_COLUMN, key_bounds_compare, key_range
 from arrowlake.merge.versions import is_retraction
-from arrowlake.metastore.store import NewFile, TableRecord
+from arrowlake.metastore.inflight import WriteRegistration, writing_under
+from arrowlake.metastore.store import Metastore, NewFile, TableRecord
 from arrowlake.table import changelog, sorted_runs
 from arrowlake.table import primary_key as pk
 from arrowlake.table.merge_on_write import write_tombstones
@@ -62,22 +71,55 @@ class WriteTarget:
     """A table as a writer needs it, detached from the metastore (picklable).
 
     It offers the attributes the library's file writers read from a table (``_record``,
-    ``_storage``, ``schema``), so :func:`stage` calls those writers unchanged.
+    ``_storage``, ``schema``), so :func:`stage` calls those writers unchanged. ``write_id``
+    is the write's registration; only the process that made the target holds it.
     """
 
     _record: TableRecord
     _storage: Storage
     schema: pa.Schema
+    write_id: str | None = None
+    _registration: WriteRegistration | None = field(default=None, compare=False, repr=False)
 
     @property
     def name(self) -> str:
         return self._record.full_name
 
+    def writing(self) -> AbstractContextManager[None]:
+        """Inside, files written (by a task, in any process) belong to this write."""
+        return writing_under(self.write_id)
 
-def write_target(table: Table) -> WriteTarget:
-    """The table's current definition, to hand to workers."""
+    def finish(self, metastore: Metastore | None = None) -> None:
+        """End the write's registration (its files are committed or discarded). A process
+        that holds only a pickled copy (the commit of a detached write) passes the metastore."""
+        if self._registration is not None:
+            self._registration.end()
+        elif metastore is not None and self.write_id is not None:
+            metastore.end_write(self.write_id)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_registration"] = None  # the registration stays with the process holding it
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for name, value in state.items():
+            object.__setattr__(self, name, value)
+
+
+def write_target(table: Table, kind: str = "staged", *,
+                 detached_lease: float | None = None) -> WriteTarget:
+    """The table's current definition, to hand to workers, and the write's registration
+    (``kind`` names the writer: spark, dask, flight, ...). With ``detached_lease`` (seconds)
+    the registration is held by no process and lasts that long after it was made or last
+    committed under (see :class:`~arrowlake.metastore.inflight.WriteRegistration`): for
+    writers whose commit runs in another process than the one that made the target."""
+    table._check_write()
     table.refresh()
-    return WriteTarget(table._record, table._storage, table.schema)
+    registration = WriteRegistration(table._metastore, table._record.table_id, kind,
+                                     detached_lease=detached_lease)
+    return WriteTarget(table._record, table._storage, table.schema, registration.write_id,
+                       registration)
 
 
 @dataclass(frozen=True)
@@ -87,6 +129,7 @@ class StagedWrite:
     files: tuple[NewFile, ...]
     rows: int  # input rows written
     order: int = 0  # stages of a commit apply in this order (see the module docstring)
+    write_id: str | None = None  # the registration the files were written under
 
 
 def check_mode(target: WriteTarget | Table, mode: str, replace_where: Expr | None) -> None:
@@ -128,6 +171,13 @@ def stage(target: WriteTarget, data: Any, mode: WriteMode = "append", *,
     On an error the files written so far are deleted.
     """
     check_mode(target, mode, replace_where)
+    with writing_under(target.write_id):
+        files, rows = _stage(target, data, mode, replace_where, row_kind)
+    return StagedWrite(tuple(files), rows, order, target.write_id)
+
+
+def _stage(target: WriteTarget, data: Any, mode: WriteMode, replace_where: Expr | None,
+           row_kind: str) -> tuple[list[NewFile], int]:
     rec = target._record
     table = cast("Table", target)  # the writers read only what a WriteTarget holds
     check = None if replace_where is None or isinstance(replace_where, AlwaysTrue) \
@@ -136,7 +186,7 @@ def stage(target: WriteTarget, data: Any, mode: WriteMode = "append", *,
         files = write_batches(file_target(table),
                               conformed(table, data, target.schema, check=check),
                               rec.partition_by)
-        return StagedWrite(tuple(files), sum(f.row_count for f in files), order)
+        return files, sum(f.row_count for f in files)
     if mode == "changes":
         rows = pk.change_rows(table, data, row_kind)
     else:
@@ -146,7 +196,7 @@ def stage(target: WriteTarget, data: Any, mode: WriteMode = "append", *,
         rows = pk.with_kinds(plain, pk.RowKind.INSERT)
     pk.check_sequence_values(table, rows)
     files = sorted_runs.write_runs(table, rows) if rows.num_rows else []
-    return StagedWrite(tuple(files), rows.num_rows, order)
+    return files, rows.num_rows
 
 
 def discard_staged(target: WriteTarget | Table, staged: Sequence[StagedWrite | None]) -> None:
@@ -161,9 +211,23 @@ def commit_staged(table: Table, staged: Sequence[StagedWrite], mode: WriteMode =
                   ) -> WriteResult:
     """Commit every stage's files as one snapshot; on failure delete them all.
 
-    ``mode`` and ``replace_where`` must be those the stages were written with.
+    ``mode`` and ``replace_where`` must be those the stages were written with. Files the
+    commit itself writes (runs settled, rows looked up) belong to the stages' registration, and
+    the commit fails if that was revoked.
     """
     ordered = sorted(staged, key=lambda s: s.order)
+    registrations = {s.write_id for s in ordered if s.files}
+    if len(registrations) > 1:
+        discard_staged(table, ordered)
+        raise ValidationError(
+            "The stages to commit were written for different write targets; commit the stages "
+            "of each write_target() on their own. Their files were deleted")
+    with writing_under(registrations.pop() if registrations else None):
+        return _commit_staged(table, ordered, mode, replace_where, commit_id)
+
+
+def _commit_staged(table: Table, ordered: Sequence[StagedWrite], mode: WriteMode,
+                   replace_where: Expr | None, commit_id: str | None) -> WriteResult:
     try:
         table.refresh()
         check_mode(table, mode, replace_where)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -12,6 +13,7 @@ import pyarrow as pa
 from arrowlake.errors import CommitConflict, ReadOnlyLake, ValidationError
 from arrowlake.expressions import Expr, to_arrow, to_expression
 from arrowlake.io.stats import decode_values, stats_table
+from arrowlake.metastore.inflight import registered_write
 from arrowlake.metastore.records import deletion_vectors_on, epoch_ms
 from arrowlake.metastore.store import check_commit_id
 from arrowlake.scan.planning import TableView
@@ -31,6 +33,7 @@ from arrowlake.table import (
 from arrowlake.table.compaction import CompactionResult
 from arrowlake.table.health import TableHealth
 from arrowlake.table.maintenance import ExpireResult, OrphanResult
+from arrowlake.table.maintenance_policy import warn_unsafe_properties
 from arrowlake.table.merge_into import MergeBuilder
 from arrowlake.table.pk_options import merge_engine, sequence_field
 from arrowlake.table.writes import WriteResult
@@ -191,6 +194,7 @@ class Table:
                 maintenance.parse_duration("consumer.expiration", merged["consumer.expiration"])
             return switch
 
+        warn_unsafe_properties(given)
         for _ in range(mode_switch.ATTEMPTS):
             self.refresh()
             checked.clear()
@@ -226,6 +230,11 @@ class Table:
             raise ReadOnlyLake(
                 f"Cannot write to table {self.name}: the lake was opened read-only (its "
                 f"metastore {self._metastore.location} cannot be written here)")
+
+    def _writing(self, kind: str) -> AbstractContextManager[str | None]:
+        """Run a write registered in flight (see metastore/inflight.py), so that orphan
+        removal leaves its files alone until it commits or gives up."""
+        return registered_write(self._metastore, self._record.table_id, kind)
 
     # -- streams -------------------------------------------------------------------------------
 
@@ -394,18 +403,21 @@ class Table:
         self._check_write(commit_id)
         if self._record.primary_key:
             return self.upsert(data, commit_id=commit_id)
-        return writes.append(self, data, commit_id=commit_id)
+        with self._writing("append"):
+            return writes.append(self, data, commit_id=commit_id)
 
     def upsert(self, data: Any, *, commit_id: str | None = None) -> WriteResult:
         """Insert or replace rows by primary key (merged on read by the table's merge engine)."""
         self._check_write(commit_id)
-        return primary_key.upsert(self, data, commit_id=commit_id)
+        with self._writing("upsert"):
+            return primary_key.upsert(self, data, commit_id=commit_id)
 
     def write_changes(self, data: Any, row_kind: str = "op", *,
                       commit_id: str | None = None) -> WriteResult:
         """Write CDC rows; column ``row_kind`` holds ``+I``, ``-U``, ``+U``, ``-D`` (or 0-3)."""
         self._check_write(commit_id)
-        return primary_key.write_changes(self, data, row_kind, commit_id=commit_id)
+        with self._writing("changes"):
+            return primary_key.write_changes(self, data, row_kind, commit_id=commit_id)
 
     def merge(self, source: Any, on: str | Sequence[str]) -> MergeBuilder:
         """Start a MERGE INTO with ``source``; finish with ``.execute()``.
@@ -422,9 +434,10 @@ class Table:
         """Merge the runs of each bucket of a primary-key table (see compaction)."""
         self._check_write()
         pk_options.require_primary_key(self, "compact()")
-        if self._record.deletion_vectors:
-            return vector_compaction.compact_vectors(self, full=full)
-        return compaction.compact(self, full=full)
+        with self._writing("compact"):
+            if self._record.deletion_vectors:
+                return vector_compaction.compact_vectors(self, full=full)
+            return compaction.compact(self, full=full)
 
     def overwrite(self, data: Any, filter: Expr | str | None = None, *,
                   commit_id: str | None = None) -> WriteResult:
@@ -434,9 +447,11 @@ class Table:
         On a primary-key table the filter may use only partition columns.
         """
         self._check_write(commit_id)
-        if self._record.primary_key:
-            return primary_key.overwrite(self, data, to_expression(filter), commit_id=commit_id)
-        return writes.overwrite(self, data, to_expression(filter), commit_id=commit_id)
+        with self._writing("overwrite"):
+            if self._record.primary_key:
+                return primary_key.overwrite(self, data, to_expression(filter),
+                                             commit_id=commit_id)
+            return writes.overwrite(self, data, to_expression(filter), commit_id=commit_id)
 
     def delete(self, filter: Expr | str, *, commit_id: str | None = None) -> WriteResult:
         """Delete the rows matching ``filter``, rewriting only files that match in part."""
@@ -444,9 +459,10 @@ class Table:
         expr = to_expression(filter)
         self.refresh()
         to_arrow(expr, self.schema)  # validate before touching anything
-        if self._record.primary_key:
-            return primary_key.delete_keys(self, expr, commit_id=commit_id)
-        return writes.delete(self, expr, commit_id=commit_id)
+        with self._writing("delete"):
+            if self._record.primary_key:
+                return primary_key.delete_keys(self, expr, commit_id=commit_id)
+            return writes.delete(self, expr, commit_id=commit_id)
 
     # -- schema --------------------------------------------------------------------------------
 

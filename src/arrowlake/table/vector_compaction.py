@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +34,7 @@ import pyarrow.compute as pc
 
 from arrowlake.errors import CommitConflict, DataFileError
 from arrowlake.expressions import AlwaysTrue
+from arrowlake.io.pools import ContextPool
 from arrowlake.io.stats import decode_values
 from arrowlake.io.writer import DataFileWriter, close_all, dictionary_columns, write_started
 from arrowlake.merge.versions import sortable_key
@@ -269,7 +270,7 @@ def _rewrite(table: Table, view: TableView, picks: Sequence[_Pick]) -> list[_Out
     if len(picks) == 1:
         done = [one(0)]
     else:
-        pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="arrowlake-compact")
+        pool = ContextPool(max_workers=2, thread_name_prefix="arrowlake-compact")
         futures = [pool.submit(one, index) for index in range(len(picks))]
         try:
             done = [future.result() for future in futures]
