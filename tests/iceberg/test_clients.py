@@ -203,6 +203,7 @@ def test_partitioned_tables_with_a_composite_key(sqlite_lake, iceberg_clients, t
 
 
 def test_types_that_map(sqlite_lake, iceberg_clients, tmp_path):
+    """Every Arrow type with an Iceberg counterpart, nulls, NaN and -0.0 included."""
     n = 6
     data = pa.table({
         "id": pa.array(range(n), pa.int64()),
@@ -238,31 +239,28 @@ def test_types_that_map(sqlite_lake, iceberg_clients, tmp_path):
     t.append(data.slice(0, 3))
     t.append(data.slice(3))
     location = t.iceberg_metadata_location()
-    got = read_all(iceberg_clients, [Read(engine, location) for engine in ENGINES], tmp_path)
-    expected = t.scan().to_arrow()
-    for engine, found in zip(ENGINES, got, strict=True):
-        assert_same_rows(expected, found, ["id"], engine)
-
-
-def test_nanosecond_timestamps(sqlite_lake, iceberg_clients, tmp_path):
-    """Iceberg v3's timestamp_ns and timestamptz_ns: pyiceberg reads them; DuckDB 1.5.5 does
-    not know these types yet (it fails on the table, never reads it wrong)."""
-    data = pa.table({
+    # Iceberg v3's timestamp_ns and timestamptz_ns: pyiceberg reads them; DuckDB 1.5.5 does
+    # not know these types yet (it fails on the table, never reads it wrong).
+    nanos = pa.table({
         "id": pa.array([1, 2, 3], pa.int64()),
         "ns": pa.array([1_700_000_000_123_456_789, None, -1], pa.timestamp("ns")),
         "nstz": pa.array([1_700_000_000_123_456_789, 0, None], pa.timestamp("ns", tz="UTC")),
     })
-    t = sqlite_lake.create_table("shop.nanos", data.schema)
-    t.append(data)
-    location = t.iceberg_metadata_location()
-    types = {f["name"]: f["type"] for f in publish(t).metadata["schemas"][-1]["fields"]}
+    n = sqlite_lake.create_table("shop.nanos", nanos.schema)
+    n.append(nanos)
+    ns_location = n.iceberg_metadata_location()
+    types = {f["name"]: f["type"] for f in publish(n).metadata["schemas"][-1]["fields"]}
     assert (types["ns"], types["nstz"]) == ("timestamp_ns", "timestamptz_ns")
-    found, duck = read_all(iceberg_clients, [Read(e, location) for e in ENGINES], tmp_path)
-    assert_same_rows(t.scan().to_arrow(), found, ["id"], "pyiceberg")
-    if isinstance(duck, Exception):
-        assert "Unrecognized primitive type: timestamp" in str(duck)
+    reads = [Read(engine, loc) for loc in (location, ns_location) for engine in ENGINES]
+    found, duck, found_ns, duck_ns = read_all(iceberg_clients, reads, tmp_path)
+    expected = t.scan().to_arrow()
+    assert_same_rows(expected, found, ["id"], "pyiceberg")
+    assert_same_rows(expected, duck, ["id"], "duckdb")
+    assert_same_rows(n.scan().to_arrow(), found_ns, ["id"], "pyiceberg, nanoseconds")
+    if isinstance(duck_ns, Exception):
+        assert "Unrecognized primitive type: timestamp" in str(duck_ns)
     else:  # a DuckDB that knows them must read them right
-        assert_same_rows(t.scan().to_arrow(), duck, ["id"], "duckdb")
+        assert_same_rows(n.scan().to_arrow(), duck_ns, ["id"], "duckdb, nanoseconds")
 
 
 def test_every_publication_of_a_growing_table_reads_right(sqlite_lake, iceberg_clients,

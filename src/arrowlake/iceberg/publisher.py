@@ -125,15 +125,17 @@ class _View:
         self.is_current = snapshot_id is None or snapshot_id == current
         self.target: int | None = current if self.is_current else snapshot_id
         self.spec = mf.partition_spec(schema, self.rec.partition_by)
-        self.state: IcebergState = self.metastore.iceberg_state(table_id)
-        rows = self.metastore.iceberg_snapshot_rows(table_id)
+        inputs = self.metastore.iceberg_inputs(table_id)
+        self.state: IcebergState = inputs.state
+        rows = inputs.snapshots
         self.by_id = {int(r["snapshot_id"]): r for r in rows}
         if self.target is not None and self.target not in self.by_id:
             raise SnapshotNotFound(
                 f"Snapshot {self.target} does not exist (never committed, or expired)")
         self.describer = Describer(
             self.rec, lambda sid: self.metastore.schema(table_id, sid),
-            lambda at: self.metastore.iceberg_file_schema_ids(table_id, at))
+            lambda at: inputs.file_schema_ids if at is None else
+            self.metastore.iceberg_file_schema_ids(table_id, at))
         if self.target is not None:
             why = self.describer.problem(self.by_id[self.target])
             if why is not None:
@@ -154,14 +156,14 @@ class _View:
                        or int(r["snapshot_id"]) in building]
         self.schema_id = self.rec.current_schema_id if self.is_current or self.target is None \
             else int(self.by_id[self.target]["schema_id"])
-        self.schema_times = self.metastore.iceberg_schema_times(table_id)
+        self.schema_times = inputs.schema_times
         schemas = {}
         for sid in self.schema_times:
             converted = self.describer.schema_json(sid)
             if sid <= self.schema_id and not isinstance(converted, Unsupported):
                 schemas[sid] = converted
         self.schemas = schemas
-        self.tags = self.metastore.iceberg_tag_rows(table_id)
+        self.tags = inputs.tags
 
     def absolute(self, relative: str) -> str:
         return self.storage.join(self.location, relative)

@@ -23,7 +23,8 @@ rows (and hands back the files) that only expired snapshots used.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -122,6 +123,17 @@ class IcebergState:
 
 
 @dataclass(frozen=True)
+class IcebergInputs:
+    """What a publication reads of the metastore (see :meth:`IcebergRecords.iceberg_inputs`)."""
+
+    state: IcebergState
+    snapshots: list[dict[str, Any]]
+    schema_times: dict[int, int]
+    tags: list[tuple[str, int, int]]
+    file_schema_ids: set[int]  # of every data file the table records
+
+
+@dataclass(frozen=True)
 class NewPublication:
     """What one publication wrote, to be recorded at once."""
 
@@ -143,13 +155,30 @@ class NewPublication:
 class IcebergRecords(Database):
     """The published Iceberg view's queries (see the module docs)."""
 
+    @contextmanager
+    def _reading(self, conn: Connection | None) -> Iterator[Connection]:
+        """``conn``, or a read connection of its own."""
+        if conn is not None:
+            yield conn
+        else:
+            with self._read() as own:
+                yield own
+
+    def iceberg_inputs(self, table_id: int) -> IcebergInputs:
+        """What a publication reads, in one connection."""
+        with self._read() as conn:
+            return IcebergInputs(
+                self.iceberg_state(table_id, conn), self.iceberg_snapshot_rows(table_id, conn),
+                self.iceberg_schema_times(table_id, conn), self.iceberg_tag_rows(table_id, conn),
+                self.iceberg_file_schema_ids(table_id, None, conn))
+
     # -- reading what was published --------------------------------------------------------
 
-    def iceberg_state(self, table_id: int) -> IcebergState:
+    def iceberg_state(self, table_id: int, conn: Connection | None = None) -> IcebergState:
         m = t.iceberg_manifests.c
         columns = [m[c.name] for c in t.iceberg_manifests.columns
                    if c.name not in ("table_id", "removed_snapshot", "file_ids")]
-        with self._read() as conn:
+        with self._reading(conn) as conn:
             head = conn.execute(sa.select(
                 t.iceberg_tables.c.version, t.iceberg_tables.c.metadata_path,
                 t.iceberg_tables.c.snapshot_id).where(
@@ -240,10 +269,11 @@ class IcebergRecords(Database):
 
     # -- reading what to publish -----------------------------------------------------------
 
-    def iceberg_snapshot_rows(self, table_id: int) -> list[dict[str, Any]]:
+    def iceberg_snapshot_rows(self, table_id: int, conn: Connection | None = None
+                              ) -> list[dict[str, Any]]:
         """The retained snapshots with what an Iceberg snapshot needs, oldest first."""
         s = t.snapshots.c
-        with self._read() as conn:
+        with self._reading(conn) as conn:
             rows = conn.execute(sa.select(
                 s.snapshot_id, s.parent_id, s.kind, s.committed_at, s.schema_id,
                 s.added_files, s.removed_files, s.added_rows, s.removed_rows, s.total_files,
@@ -251,23 +281,24 @@ class IcebergRecords(Database):
                 .order_by(s.snapshot_id)).all()
         return [dict(r._mapping) for r in rows]
 
-    def iceberg_schema_times(self, table_id: int) -> dict[int, int]:
+    def iceberg_schema_times(self, table_id: int, conn: Connection | None = None) -> dict[int, int]:
         """Every schema version of the table and when it was created (epoch ms)."""
         c = t.schemas.c
-        with self._read() as conn:
+        with self._reading(conn) as conn:
             return {int(r[0]): int(r[1]) for r in conn.execute(
                 sa.select(c.schema_id, c.created_at).where(c.table_id == table_id))}
 
-    def iceberg_tag_rows(self, table_id: int) -> list[tuple[str, int, int]]:
+    def iceberg_tag_rows(self, table_id: int, conn: Connection | None = None
+                         ) -> list[tuple[str, int, int]]:
         """``(name, snapshot_id, created_at)`` of every tag."""
         c = t.tags.c
-        with self._read() as conn:
+        with self._reading(conn) as conn:
             return [(r[0], int(r[1]), int(r[2])) for r in conn.execute(
                 sa.select(c.name, c.snapshot_id, c.created_at).where(c.table_id == table_id)
                 .order_by(c.name))]
 
-    def iceberg_file_schema_ids(self, table_id: int, snapshot_id: int | None = None
-                                ) -> set[int]:
+    def iceberg_file_schema_ids(self, table_id: int, snapshot_id: int | None = None,
+                                conn: Connection | None = None) -> set[int]:
         """The schema ids data files were written in: of every file the table still records,
         or of the live files of ``snapshot_id``."""
         c = t.files.c
@@ -275,7 +306,7 @@ class IcebergRecords(Database):
         if snapshot_id is not None:
             where = where & (c.added_snapshot <= snapshot_id) & (
                 c.removed_snapshot.is_(None) | (c.removed_snapshot > snapshot_id))
-        with self._read() as conn:
+        with self._reading(conn) as conn:
             return {int(r[0]) for r in conn.execute(
                 sa.select(c.schema_id).distinct().where(where))}
 
