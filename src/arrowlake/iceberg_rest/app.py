@@ -2,7 +2,7 @@
 
 Routes follow Iceberg's REST catalog OpenAPI spec, with and without the ``{prefix}`` segment
 (``/v1/namespaces`` and ``/v1/<name>/namespaces``). Reads answer from the lake; every write
-answers 406 in Iceberg's error model with a message saying how to write, before reading its
+answers 403 in Iceberg's error model with a message saying how to write, before reading its
 body, so none is ever half applied. Handlers are plain functions: Starlette runs them on its
 thread pool, since they wait on the metastore and storage.
 """

@@ -62,8 +62,12 @@ def bad_request(message: str) -> RestError:
 
 
 def refused_write(what: str) -> RestError:
-    """The answer to every write (create, commit, drop, rename, register, namespaces)."""
-    return RestError(406, "UnsupportedOperationException", f"Cannot {what}: {HOW_TO_WRITE}")
+    """The answer to every write (create, commit, drop, rename, register, namespaces).
+
+    403 Forbidden, because Iceberg's Java client treats a ForbiddenException as a failure that
+    is safe to clean up after: Spark deletes the data files it wrote for the refused commit
+    (after a 406 it keeps them, as if the commit's outcome were unknown)."""
+    return RestError(403, "ForbiddenException", f"Cannot {what}: {HOW_TO_WRITE}")
 
 
 # -- settings ------------------------------------------------------------------------------------
