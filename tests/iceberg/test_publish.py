@@ -163,6 +163,32 @@ def test_concurrent_publishers_leave_one_current_metadata(sqlite_lake, tmp_path)
     assert len(_manifests(events)) == 5  # one per snapshot: none written twice
 
 
+def test_the_loser_of_a_race_deletes_its_files_and_returns_the_winners(sqlite_lake, tmp_path,
+                                                                        monkeypatch):
+    events = sqlite_lake.create_table("shop.events", SCHEMA)
+    for i in range(3):
+        events.append(_rows(i * 10, 10))
+    other = al.connect(tmp_path / "lake")
+    store = sqlite_lake.metastore
+    record = store.record_iceberg_publication
+    lost: list = []
+
+    def racing(table_id, new):  # another publisher records just before this one
+        if not lost:
+            lost.append((new, _metadata_files(events)))
+            winners.append(publish(other.table("shop.events")))
+        return record(table_id, new)
+
+    winners: list = []
+    monkeypatch.setattr(store, "record_iceberg_publication", racing)
+    found = publish(events)
+    other.close()
+    (new, written), (winner,) = lost[0], winners
+    assert len(new.manifests) == 3 and len(written) == 7  # the loser had written its files
+    assert found == winner == published(events)
+    assert _metadata_files(events) == _recorded(events)  # and deleted them all
+
+
 def test_merge_on_read_tables_have_no_view_and_say_how_to_switch(sqlite_lake):
     users = sqlite_lake.create_table("crm.users", SCHEMA, primary_key=["id"],
                                      deletion_vectors=False)
