@@ -1,7 +1,8 @@
 """Runs SQL through the REST catalog on PySpark 4.1 with Iceberg's Spark runtime.
 
 Usage: python spark_client.py PLAN.json. The plan gives the catalog (uri, token, optional
-extra catalog properties), the runtime package, and queries {name, sql} run in order; each
+extra catalog properties), the runtime package, temp views over Parquet files {name: path},
+and queries {name, sql} run in order; each
 answer goes to OUT/<name>.arrow (spark's toArrow) or its error to OUT/<name>.error.txt.
 """
 
@@ -33,6 +34,8 @@ def main() -> None:
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    for name, path in plan.get("views", {}).items():  # Parquet baselines, by name
+        spark.read.parquet(path).createOrReplaceTempView(name)
     try:
         for query in plan["queries"]:
             try:
