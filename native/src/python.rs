@@ -291,7 +291,8 @@ impl OwnedImage {
         let len = data.len() / self.width;
         let built = ArrayData::builder(self.data_type.clone())
             .len(len)
-            .add_buffer(Buffer::from_vec(data))
+            // Copied into an aligned buffer: a Vec<u8> is only byte-aligned.
+            .add_buffer(Buffer::from_slice_ref(&data))
             .build()
             .map_err(|e| NativePanic::new_err(format!("Cannot build a key image: {e}")))?;
         Ok(out(built))

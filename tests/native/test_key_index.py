@@ -1,0 +1,108 @@
+"""The key index kernels equal table/key_index.py's numpy functions on the same key images
+(integers of every width, fixed-width byte strings): search, merge of levels, build."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from arrowlake import native
+from arrowlake.merge.versions import sortable_key
+from arrowlake.table import key_index
+from tests.native.support import key_columns
+
+DTYPES = [np.int64, np.int32, np.int16, np.int8, np.uint64, np.uint32, np.uint8, "S1", "S5"]
+
+
+@st.composite
+def images(draw: st.DrawFn, dtype: object, max_size: int = 60) -> np.ndarray:
+    """A sorted, unique key image."""
+    kind = np.dtype(dtype)
+    if kind.kind == "S":
+        values = draw(st.lists(st.binary(min_size=kind.itemsize, max_size=kind.itemsize),
+                               max_size=max_size, unique=True))
+        return np.sort(np.array(values, dtype=kind))
+    info = np.iinfo(kind)
+    values = draw(st.lists(st.integers(int(info.min), int(info.max)) | st.integers(-3, 3).filter(
+        lambda v: info.min <= v <= info.max), max_size=max_size, unique=True))
+    return np.sort(np.array(values, dtype=kind))
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data(), dtype=st.sampled_from(DTYPES))
+def test_find_and_search_equal_numpy(data: st.DataObject, dtype: object) -> None:
+    base = data.draw(images(dtype))
+    recent = np.setdiff1d(data.draw(images(dtype)), base)
+    keys = data.draw(images(dtype))
+    if len(keys):
+        keys = np.concatenate([keys, base[: len(base) // 2]])  # some live in the base
+    dead = np.asarray(data.draw(st.lists(st.booleans(), min_size=len(base),
+                                         max_size=len(base))), dtype=bool)
+    found, at = native.index_find(base, keys)
+    expected_found, expected_at = key_index._find(base, keys)
+    np.testing.assert_array_equal(found, expected_found)
+    np.testing.assert_array_equal(at, expected_at)
+    index = key_index.KeyIndex(base, np.arange(len(base), dtype=np.int64), dead, recent,
+                               np.arange(len(recent), dtype=np.int64), (), frozenset())
+    slots, incoming = native.index_search(base, dead, recent, keys)
+    expected_slots, expected_incoming = index.search(keys)
+    np.testing.assert_array_equal(slots, expected_slots)
+    np.testing.assert_array_equal(incoming, expected_incoming)
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data(), dtype=st.sampled_from(DTYPES))
+def test_merge_of_levels_equals_numpy(data: st.DataObject, dtype: object) -> None:
+    a, b = data.draw(images(dtype)), data.draw(images(dtype))
+    if data.draw(st.booleans()):
+        b = np.setdiff1d(b, a)  # most merges share no key
+    a_loc = np.arange(len(a), dtype=np.int64) + 1000
+    b_loc = np.arange(len(b), dtype=np.int64) + 5000
+    image, locators = native.index_merge(a, a_loc, b, b_loc)
+    expected_image, expected_locators = key_index._merge(a, a_loc, b, b_loc)
+    if expected_image is None:
+        assert image is None and locators is None
+        return
+    assert image is not None and image.dtype == expected_image.dtype
+    np.testing.assert_array_equal(image, expected_image)
+    np.testing.assert_array_equal(locators, expected_locators)
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data(), dtype=st.sampled_from(DTYPES), files=st.integers(1, 4))
+def test_build_equals_numpy(data: st.DataObject, dtype: object, files: int) -> None:
+    parts = []
+    for i in range(files):
+        image = data.draw(images(dtype, 30))
+        deleted = None
+        if len(image) and data.draw(st.booleans()):
+            deleted = np.unique(np.asarray(data.draw(st.lists(
+                st.integers(0, len(image) + 2), max_size=5)), dtype=np.uint64))
+        parts.append((f"file-{i}", image, deleted))
+    built = native.index_build([(image, deleted) for _, image, deleted in parts])
+    expected = key_index.build(parts, frozenset())
+    if expected is None:
+        assert built is None
+        return
+    assert built is not None
+    np.testing.assert_array_equal(built[0], expected.base)
+    np.testing.assert_array_equal(built[1], expected.base_locators)
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), kinds=st.lists(st.sampled_from(["int64", "int32", "uint64", "bool",
+                                                        "date32", "ts_tz", "fixed_binary"]),
+                                       min_size=1, max_size=3))
+def test_images_of_real_keys(data: st.DataObject, kinds: list[str]) -> None:
+    # The images sortable_key gives (composite keys as big-endian bytes) search alike.
+    columns = data.draw(key_columns(40, kinds))
+    table = pa.table({f"k{i}": c for i, c in enumerate(columns)})
+    image = sortable_key(table, table.column_names)
+    assert image is not None
+    level = np.unique(image)
+    found, at = native.index_find(level, image)
+    expected_found, expected_at = key_index._find(level, image)
+    np.testing.assert_array_equal(found, expected_found)
+    np.testing.assert_array_equal(at, expected_at)
