@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import re
 import signal
@@ -188,3 +189,14 @@ def test_bad_options_are_clear_errors(lake_dir: Path, tmp_path: Path):
         port = taken.getsockname()[1]
         assert "port is in use" in _fails(lake_dir, "--port", str(port))
     assert "65535" in _fails(lake_dir, "--port", "70000")
+
+
+def test_the_default_port_is_the_servers():
+    # The command keeps its own copy so that --help imports no web framework.
+    from arrowlake.cli import iceberg_rest as command
+    from arrowlake.iceberg_rest import DEFAULT_PORT
+
+    assert command.DEFAULT_PORT == DEFAULT_PORT == 8181
+    parser = argparse.ArgumentParser()
+    command.add_parser(lambda name, func, help: parser)
+    assert parser.parse_args([]).port == 8181

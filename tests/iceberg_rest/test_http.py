@@ -14,9 +14,10 @@ import pytest
 import requests
 
 import arrowlake as al
-from arrowlake.errors import NoIcebergView
+from arrowlake.errors import NoIcebergView, StorageError
 from arrowlake.iceberg import publish, published
 from arrowlake.iceberg_rest import RunningCatalog, s3_table_config
+from arrowlake.iceberg_rest import catalog as catalog_module
 from arrowlake.iceberg_rest.catalog import CatalogSettings
 from arrowlake.lake import Lake
 from arrowlake.metastore import Metastore
@@ -306,3 +307,26 @@ def test_without_starlette_the_error_names_the_extra(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120, env={"PYTHONPATH": src, "PATH": "/usr/bin:/bin"})
     assert "pip install 'arrowlake[iceberg-rest]'" in proc.stdout, proc.stderr
+
+
+def test_server_failures_are_500_in_the_error_model(tmp_path, monkeypatch, capfd):
+    lake = al.connect(tmp_path / "lake")
+    lake.create_table("t", pa.schema([("id", pa.int64())])).append({"id": [1]})
+
+    def broken(table: object, snapshot_id: object = None) -> None:
+        raise RuntimeError("publisher exploded")
+
+    def unreadable(table: object, snapshot_id: object = None) -> None:
+        raise StorageError("Cannot read s3://bucket/x: connection reset")
+
+    with RunningCatalog(lake, port=0, shutdown_timeout=5) as running:
+        url = running.url + "/v1/namespaces/default/tables/t"
+        monkeypatch.setattr(catalog_module, "publish", broken)
+        message = assert_error(requests.get(url, timeout=60), 500, "InternalServerError",
+                               "RuntimeError", "server's log")
+        assert "exploded" not in message  # details stay in the server's log
+        assert "publisher exploded" in capfd.readouterr().err
+        monkeypatch.setattr(catalog_module, "publish", unreadable)
+        assert_error(requests.get(url, timeout=60), 500, "StorageError",
+                     "connection reset")
+    lake.close()
