@@ -65,8 +65,16 @@ def spark_run(lake_fx: LakeFixture, catalog_url: str,
         ("create", "CREATE TABLE lake.crm.fresh (id BIGINT) USING iceberg"),
         ("drop", "DROP TABLE lake.crm.users"),
         ("after_writes", "SELECT count(*) AS n FROM lake.crm.users"),
+        # A second catalog loading only referenced snapshots (snapshots=refs), which fetches
+        # the others (snapshots=all) when time travel needs them.
+        ("refs_now", "SELECT * FROM refs.crm.users"),
+        ("refs_1", f"SELECT * FROM refs.crm.users VERSION AS OF {marks['users_1']}"),
     ]
+    refs = "spark.sql.catalog.refs"
     plan = {"uri": catalog_url, "token": TOKEN, "package": client_envs.ICEBERG_SPARK_RUNTIME,
+            "conf": {refs: "org.apache.iceberg.spark.SparkCatalog", f"{refs}.type": "rest",
+                     f"{refs}.uri": catalog_url, f"{refs}.token": TOKEN,
+                     f"{refs}.snapshot-loading-mode": "refs"},
             "queries": [{"name": n, "sql": q} for n, q in queries]}
     run = run_client("spark41", "spark_client.py", plan, tmp_path_factory.mktemp("spark"))
     return run, before
@@ -82,6 +90,8 @@ def spark_run(lake_fx: LakeFixture, catalog_url: str,
     ("users_at", "crm.users", "users_1", None, None),
     ("evo_now", "crm.evolving", None, None, None),
     ("evo_1", "crm.evolving", "evo_1", None, None),
+    ("refs_now", "crm.users", None, None, None),
+    ("refs_1", "crm.users", "users_1", None, None),
 ])
 def test_spark_reads_row_for_row(spark_run, lake_fx: LakeFixture, name, table, mark, tag,
                                  filter):
