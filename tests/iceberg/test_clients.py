@@ -60,6 +60,8 @@ def test_append_table_at_every_snapshot_by_id_time_and_tag(sqlite_lake, iceberg_
     at_ms = int(middle.timestamp() * 1000)
     reads += [Read(engine, location, timestamp_ms=at_ms) for engine in ENGINES]
     reads += [Read("pyiceberg", location, ref="two-appends")]
+    empty = sqlite_lake.create_table("shop.empty", EVENTS)  # no snapshot yet
+    reads += [Read(engine, empty.iceberg_metadata_location()) for engine in ENGINES]
     got = iter(read_all(iceberg_clients, reads, tmp_path))
     for engine in ENGINES:
         assert_same_rows(events.scan().to_arrow(), next(got), ["id"], f"{engine} current")
@@ -71,6 +73,8 @@ def test_append_table_at_every_snapshot_by_id_time_and_tag(sqlite_lake, iceberg_
         assert_same_rows(events.scan(as_of=middle).to_arrow(), next(got), ["id"],
                          f"{engine} as of {middle}")
     assert_same_rows(events.scan(tag="two-appends").to_arrow(), next(got), ["id"], "tag")
+    for engine in ENGINES:
+        assert_same_rows(empty.scan().to_arrow(), next(got), ["id"], f"{engine} empty table")
 
 
 USERS = pa.schema([("id", pa.int64()), ("name", pa.string()), ("score", pa.float64())])
