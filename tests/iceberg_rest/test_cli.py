@@ -189,6 +189,8 @@ def test_bad_options_are_clear_errors(lake_dir: Path, tmp_path: Path):
         port = taken.getsockname()[1]
         assert "port is in use" in _fails(lake_dir, "--port", str(port))
     assert "65535" in _fails(lake_dir, "--port", "70000")
+    assert "Invalid --name 'namespaces'" in _fails(lake_dir, "--port", "0", "--name",
+                                                   "namespaces")
 
 
 def test_the_default_port_is_the_servers():

@@ -23,6 +23,9 @@ DEFAULT_PORT = 8181
 
 Command = Callable[[argparse.Namespace, Lake, Output], int]
 
+#: Names that, as a path prefix, would read as the protocol's own segments.
+_RESERVED = frozenset({"config", "oauth", "namespaces", "tables", "transactions"})
+
 
 def _port(text: str) -> int:
     try:
@@ -63,8 +66,10 @@ def add_parser(add: Callable[[str, Command, str], argparse.ArgumentParser]) -> N
 
 def cmd_iceberg_rest(args: argparse.Namespace, lake: Lake, out: Output) -> int:
     tokens = read_tokens(args.token_file) if args.token_file else None
-    if not args.name or "/" in args.name:
-        raise ValidationError(f"Invalid --name {args.name!r}: a non-empty name without '/'")
+    if not args.name or "/" in args.name or args.name in _RESERVED:
+        raise ValidationError(f"Invalid --name {args.name!r}: a non-empty name without '/', "
+                              f"and none of {', '.join(sorted(_RESERVED))} (path segments of "
+                              "the protocol)")
     table_config = {}
     if lake.warehouse.startswith(("s3://", "s3a://")):
         table_config = rest.s3_table_config(lake.storage_options,
