@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pyarrow as pa
@@ -329,4 +330,46 @@ def test_server_failures_are_500_in_the_error_model(tmp_path, monkeypatch, capfd
         monkeypatch.setattr(catalog_module, "publish", unreadable)
         assert_error(requests.get(url, timeout=60), 500, "StorageError",
                      "connection reset")
+    lake.close()
+
+
+def test_concurrent_loads_while_commits_land_all_answer_a_published_snapshot(tmp_path):
+    lake = al.connect(tmp_path / "lake")
+    table = lake.create_table("t", pa.schema([("id", pa.int64())]))
+    table.append({"id": [0]})
+    answers: list[tuple[int, str, int]] = []
+    errors: list[str] = []
+
+    def load(url: str) -> None:
+        with requests.Session() as session:
+            for _ in range(8):
+                response = session.get(url, timeout=60)
+                if response.status_code != 200:
+                    errors.append(response.text)
+                    continue
+                body = response.json()
+                answers.append((body["metadata"]["current-snapshot-id"],
+                                body["metadata-location"],
+                                len(body["metadata"]["snapshots"])))
+
+    with RunningCatalog(lake, port=0, shutdown_timeout=5) as running:
+        url = running.url + "/v1/namespaces/default/tables/t"
+        threads = [threading.Thread(target=load, args=(url,)) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for i in range(1, 6):
+            table.append({"id": [i]})
+        for thread in threads:
+            thread.join(120)
+        final = requests.get(url, timeout=60).json()
+    assert errors == []
+    assert len(answers) == 32
+    # One metadata file per snapshot, whoever published it: every answer for a snapshot names
+    # the same file, and lists that snapshot and its ancestors.
+    by_snapshot: dict[int, set[str]] = {}
+    for snapshot, location, listed in answers:
+        by_snapshot.setdefault(snapshot, set()).add(location)
+        assert listed == snapshot
+    assert all(len(locations) == 1 for locations in by_snapshot.values()), by_snapshot
+    assert final["metadata"]["current-snapshot-id"] == table.current_snapshot_id == 6
     lake.close()
