@@ -37,9 +37,12 @@ over what it holds when the stream catches up.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
+import threading
 import warnings
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -524,7 +527,8 @@ def _torch_dataset_class() -> type:
             self.reading.set_epoch(epoch)
 
         def close(self) -> None:
-            """Stop following a stream: the DataLoader's workers end their iteration."""
+            """Stop following a stream: the DataLoader's workers (and any thread of this
+            process iterating the dataset) end their iteration, and the stream is closed."""
             close = getattr(self.reading.source, "close", None)
             if close is not None:
                 close()
@@ -609,16 +613,30 @@ class StreamSplits:
     ``(s + i) % readers``: a pure function of the split, whatever each copy saw before. Copies
     do not read changes ahead (each reads only its share) and never commit a consumer's
     progress.
+
+    Iteration ends at :meth:`close`, when the stream is closed, and when the interpreter of
+    the process that made this source exits (its main thread ended): the threads iterating it
+    (a reader thread per rank, say) then end instead of following the stream forever and
+    keeping the process alive.
     """
 
     def __init__(self, stream: Any) -> None:
         self.stream = stream
         # Shared with the DataLoader's worker processes: set by close() in any of them.
         self.stopped = multiprocessing.Event()
+        self._pid = os.getpid()
+        _follow(self)
 
     def close(self) -> None:
-        """End the iteration of every copy (the workers' too) at their next poll."""
+        """End the iteration of every copy (the workers' too) at once, and close the stream
+        (in this process): every thread it started ends."""
         self.stopped.set()
+        if os.getpid() == self._pid:
+            self.stream.close()
+
+    def _at_exit(self) -> None:
+        if os.getpid() == self._pid:  # never from a worker: the event is shared with all
+            self.stopped.set()
 
     def __call__(self) -> Iterator[Dealt | _CaughtUp]:
         stream = self.stream
@@ -631,12 +649,41 @@ class StreamSplits:
                 if stream.stop_at_latest or stream.closed:
                     return
                 yield CAUGHT_UP  # readers hand over the rows they hold, then wait
-                while change is None and not self.stopped.wait(stream.poll_interval):
+                while change is None and not stream.closed \
+                        and not self.stopped.wait(stream.poll_interval):
                     change = stream.poll()
                 if change is None:
                     return
             for index, split in enumerate(change.splits):
                 yield Dealt(change.snapshot_id + index, split)
+
+
+#: The stream sources of this process that may still be iterated, stopped at interpreter exit.
+_FOLLOWING: weakref.WeakSet[StreamSplits] = weakref.WeakSet()
+_FOLLOWING_LOCK = threading.Lock()
+_exit_hook: list[bool] = []
+
+
+def _follow(source: StreamSplits) -> None:
+    """Stop ``source`` when the interpreter exits: before it waits for the threads still
+    running (``threading``'s exit hooks run first), so a thread following a stream ends."""
+    with _FOLLOWING_LOCK:
+        _FOLLOWING.add(source)
+        if not _exit_hook:
+            # The hook concurrent.futures uses to stop its workers; absent or refused
+            # (interpreter already exiting), streams end at close() only.
+            register = getattr(threading, "_register_atexit", None)
+            if register is not None:
+                with contextlib.suppress(RuntimeError):
+                    register(_stop_following)
+            _exit_hook.append(True)
+
+
+def _stop_following() -> None:
+    with _FOLLOWING_LOCK:
+        sources = list(_FOLLOWING)
+    for source in sources:
+        source._at_exit()
 
 
 def stream_dataset(stream: Any, **options: Any) -> Any:

@@ -416,3 +416,95 @@ def test_a08_two_dataloader_workers_with_a_writer_process_read_every_row_once(tm
     assert sorted(seen) == list(range(3 * commits))  # every row once
     stream.close()
     lake.close()
+
+
+# -- threads end (issue 31, item 5) ---------------------------------------------------------------
+
+#: Two rank datasets over one table, each followed by a thread of its own, created while the
+#: table grows (the repro a08 of issue 31): the main thread waits until every row arrived and
+#: ends without closing them. The process must exit: at interpreter exit every stream dataset
+#: stops following its stream, so the threads following them end.
+RANK_READERS = r"""
+import sys, threading, time, pyarrow as pa, arrowlake as al
+lake = al.connect(sys.argv[1])
+t = lake.create_table("s.t", pa.schema([pa.field("id", pa.int64(), nullable=False)]))
+t.append({"id": [-1]}); start = t.current_snapshot_id + 1
+for i in range(3): t.append({"id": [i]})
+got = {0: [], 1: []}
+def reader(rank):
+    ds = t.stream(start=start, poll_interval=0.05).to_torch(
+        batch_size=100, rank=rank, world_size=2, output="arrow")
+    for b in ds: got[rank] += b.column("id").to_pylist()
+threading.Thread(target=reader, args=(0,)).start(); time.sleep(0.3)
+for i in range(3, 15): t.append({"id": [i]})
+threading.Thread(target=reader, args=(1,)).start()
+deadline = time.monotonic() + 60
+while len(got[0]) + len(got[1]) < 15 and time.monotonic() < deadline: time.sleep(0.05)
+time.sleep(0.2)  # (time for a row read twice to arrive)
+print(sorted(got[0] + got[1]), flush=True)
+"""
+
+
+def test_a_process_whose_stream_datasets_are_still_followed_exits(tmp_path):
+    import subprocess
+    from pathlib import Path
+
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    run = subprocess.run([sys.executable, "-c", RANK_READERS, str(tmp_path / "lake")],
+                         capture_output=True, text=True, timeout=120,
+                         env={**__import__("os").environ, "PYTHONPATH": src})
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.strip() == str(list(range(15)))  # every row once, then the exit
+
+
+#: Threads a stream or its dataset starts: the read-ahead of a stream, the split readers of a
+#: dataset, the commit watcher (SQLite) or listener (PostgreSQL) of the metastore.
+STREAM_THREADS = ("arrowlake-stream", "arrowlake-torch", "arrowlake-watch", "arrowlake-listen")
+
+
+def _stream_threads(before: set[threading.Thread]) -> list[str]:
+    """Names of the threads started since ``before`` by a stream, once they had 5 s to end."""
+    deadline = time.monotonic() + 5
+    while True:
+        left = [t.name for t in threading.enumerate()
+                if t not in before and t.name.startswith(STREAM_THREADS)]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("close", ["dataset", "stream"])
+def test_after_close_no_thread_a_stream_started_is_alive(sqlite_lake, close):
+    table = sqlite_lake.create_table("s.ids", ID_ONLY)
+    table.append({"id": [-1]})
+    before = set(threading.enumerate())
+    ranks = 2 if close == "dataset" else 1
+    streams = [table.stream(start="earliest", poll_interval=0.02, columns=["id"])
+               for _ in range(ranks)]
+    for i in range(4):  # queued snapshots: a stream reads the next one ahead on a thread
+        table.append({"id": [i]})
+    for stream in streams:
+        assert stream.poll() is not None
+    datasets = [stream.to_torch(batch_size=100, rank=rank, world_size=ranks, output="arrow")
+                for rank, stream in enumerate(streams)]
+    got: list[int] = []
+    readers = [threading.Thread(target=_follow, args=(ds, got)) for ds in datasets]
+    for reader in readers:
+        reader.start()
+    table.append({"id": [4]})
+    deadline = time.monotonic() + 30
+    while 4 not in got and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert [t.name for t in threading.enumerate() if t not in before
+            and t.name.startswith(STREAM_THREADS)]  # (the test sees them while they run)
+    if close == "dataset":
+        for ds in datasets:
+            ds.close()
+        assert all(stream.closed for stream in streams)  # a dataset's close closes its stream
+    else:
+        streams[0].close()  # the dataset following it ends too
+    for reader in readers:
+        reader.join(10)
+    assert not any(reader.is_alive() for reader in readers)
+    assert _stream_threads(before) == []
+    assert 4 in got

@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import json
 import math
+import os
 import threading
 import time
 import weakref
@@ -60,8 +61,8 @@ from arrowlake.streaming import leases
 from arrowlake.streaming.change import AnySplit, Change
 from arrowlake.streaming.planning import ChangePlanner, Snapshot
 from arrowlake.streaming.splits import ROW_KIND_FIELD
-from arrowlake.table.changelog import last_full_compaction
-from arrowlake.table.net_change import NO_CHANGE_KINDS, changed_files
+from arrowlake.table.changelogs.net_change import NO_CHANGE_KINDS, changed_files
+from arrowlake.table.changelogs.producers import last_full_compaction
 from arrowlake.table.table import Table, register_stream_factory
 
 #: Snapshots fetched per poll query.
@@ -190,6 +191,11 @@ class Stream:
         self._release_lease = weakref.finalize(
             self, self._lease.release if self._lease is not None else _nothing)
         self._closed = False
+        # Held while closing, and by a poll while it renews the lease or starts a read-ahead:
+        # a poll racing close() (another thread) neither takes the consumer id again after
+        # close() gave it up nor starts a thread after close() stopped them.
+        self._closing = threading.Lock()
+        self._pid = os.getpid()
         self._wake = threading.Event()
         self._async_wakers: list[Callable[[], None]] = []
         self._lock = threading.Lock()
@@ -296,10 +302,12 @@ class Stream:
     # -- lifecycle ---------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Stop the stream: iteration ends (a waiting ``for`` wakes up and finishes)."""
-        if self._closed:
-            return
-        self._closed = True
+        """Stop the stream: iteration ends (a waiting ``for`` wakes up and finishes), and so
+        does every thread it started (the read-ahead after the read it is in, if any)."""
+        with self._closing:
+            if self._closed:
+                return
+            self._closed = True
         self._release()
         self._release_lease()
         if self._pool is not None:
@@ -338,7 +346,7 @@ class Stream:
         from this position, one change per snapshot, and reads its share of each change's
         splits (dealt by snapshot id and split index), so together the workers of all ranks
         read each row once; see :func:`arrowlake.torch.StreamSplits`. The dataset does not
-        commit a consumer's progress.
+        commit a consumer's progress; its ``close()`` closes this stream.
         """
         return adapter("torch.stream")(
             self, batch_size=batch_size, shuffle_buffer=shuffle_buffer, seed=seed,
@@ -351,6 +359,8 @@ class Stream:
         far behind it polls."""
         if self._pool is not None:
             self._pool.shutdown(wait=False)  # in a forked copy its threads never existed
+        if os.getpid() != self._pid:
+            self._closing = threading.Lock()  # held by a thread of the parent at the fork?
         self._prefetch = False
         self._pool = None
         self._prefetched = {}
@@ -421,10 +431,13 @@ class Stream:
     def poll(self) -> Change | None:
         """The next change, or None when caught up (never waits). Raises TableNotFound once
         the table was dropped (a table created since under the same name is another table)."""
-        if self._closed:
-            return None
         if self._lease is not None:
-            self._lease.keep()
+            with self._closing:
+                if self._closed:
+                    return None
+                self._lease.keep()
+        elif self._closed:
+            return None
         if self._full_at is not None:
             snapshot_id, self._full_at = self._full_at, None
             info = self._metastore.snapshot(self._table_id, snapshot_id)
@@ -456,7 +469,7 @@ class Stream:
         scan reads the last one's (none before the first, whose change then brings every
         row), so the writes after it arrive once, with the next one's change."""
         if self._full_compaction_table():
-            reference = last_full_compaction(self._table)
+            reference = last_full_compaction(self._table.state)
             if reference is None:
                 return snapshot_id
             snapshot_id = reference
@@ -528,10 +541,10 @@ class Stream:
         if self._full_compaction_table():
             # From the state the stream holds (the last full compaction it passed) to the
             # last full compaction: later writes arrive with the next one's change.
-            end = last_full_compaction(self._table)
+            end = last_full_compaction(self._table.state)
             if end is None or end <= start:
                 return None
-            start = last_full_compaction(self._table, at_or_before=start) or 0
+            start = last_full_compaction(self._table.state, at_or_before=start) or 0
         if end is None or end <= start:
             return None
         if start > 0:
@@ -546,7 +559,7 @@ class Stream:
         # The files whose partitions and buckets hold every row that may have changed (a
         # delete from a deletion-vector table adds no file, it extends vectors).
         changed = self._planner.prune(self._planner.keep(
-            changed_files(self._table, start, end, snaps)))
+            changed_files(self._table.state, start, end, snaps)))
         if self._merge is not None or self._record.deletion_vectors:
             splits: list[AnySplit] = self._planner.net_change_splits(start, end, changed)
         else:
@@ -602,14 +615,17 @@ class Stream:
 
     def _start_prefetch(self) -> None:
         """Plan the next queued snapshot while the caller processes this change."""
-        if not self._prefetch or not self._queue or self._closed:
+        if not self._prefetch or not self._queue:
             return
         nxt = self._queue[0]
         if nxt.snapshot_id in self._prefetched:
             return
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(1, thread_name_prefix="arrowlake-stream")
-        self._prefetched[nxt.snapshot_id] = self._pool.submit(self._plan_ahead, nxt)
+        with self._closing:
+            if self._closed:
+                return
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(1, thread_name_prefix="arrowlake-stream")
+            self._prefetched[nxt.snapshot_id] = self._pool.submit(self._plan_ahead, nxt)
 
     def _plan_ahead(self, snap: Snapshot) -> Change | None:
         """Plan a snapshot and, when its files hold at most ``_PREFETCH_ROWS`` rows, read it."""
