@@ -61,8 +61,8 @@ from arrowlake.streaming import leases
 from arrowlake.streaming.change import AnySplit, Change
 from arrowlake.streaming.planning import ChangePlanner, Snapshot
 from arrowlake.streaming.splits import ROW_KIND_FIELD
-from arrowlake.table.changelogs.net_change import NO_CHANGE_KINDS, changed_files
-from arrowlake.table.changelogs.producers import last_full_compaction
+from arrowlake.table.changelog import last_full_compaction
+from arrowlake.table.net_change import NO_CHANGE_KINDS, changed_files
 from arrowlake.table.table import Table, register_stream_factory
 
 #: Snapshots fetched per poll query.
