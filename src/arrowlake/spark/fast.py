@@ -19,9 +19,11 @@ and then reads
   the lake's storage options as S3A settings of the bucket, given to each read;
 - through the ``arrowlake`` data source: buckets whose runs must be merged, files on storage
   Spark cannot reach (object stores without Hadoop's S3A on Spark's classpath: a warning names
-  the package, once), and files
+  the package, once), files
   holding types Spark's reader does not take (nanosecond timestamps, times, durations, float16,
-  decimals over 38 digits, fixed-size binaries).
+  decimals over 38 digits, fixed-size binaries), and, on Spark before 4.3, files storing a
+  float column the read takes BYTE_STREAM_SPLIT (``write.encodings = byte-stream-split``, and
+  the default until it stopped; their footers say so), which Spark's reader decodes from 4.3.
 
 :func:`plan_read` says what goes which way (``FastReadPlan.describe()``); :func:`read` logs it.
 
@@ -46,31 +48,21 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as st
 
-from arrowlake.errors import ValidationError
 from arrowlake.expressions import (
-    AlwaysFalse,
     AlwaysTrue,
-    And,
-    Column,
-    Comparison,
     Expr,
-    In,
-    IsNotNull,
-    IsNull,
-    Not,
-    Or,
-    StartsWith,
     referenced_columns,
 )
 from arrowlake.io.deletion_vectors import VectorRef
 from arrowlake.io.object_store import ObjectStorage
 from arrowlake.io.storage import LocalStorage, Storage
 from arrowlake.lake import Lake, lake_address
-from arrowlake.scan.read import bucket_groups, needs_merge
+from arrowlake.scan.read import bucket_groups, file_fragment, needs_merge
 from arrowlake.scan.split import FileTask, Split
 from arrowlake.schema import field_id
 from arrowlake.spark import s3a
-from arrowlake.spark.session import default_parallelism, is_connect
+from arrowlake.spark.filters import to_spark_sql
+from arrowlake.spark.session import default_parallelism, is_connect, spark_version
 from arrowlake.spark.source import (
     FORMAT,
     SPLITS_OPTION,
@@ -96,6 +88,10 @@ BITMAP_MAX_BYTES = 256 * 1024 * 1024
 #: Other groups drop them by a left anti-join, broadcast up to this many deleted rows (more
 #: are joined as Spark chooses, which bounds the memory of the driver and each executor).
 BROADCAST_DELETES = 16_000_000
+#: The first Spark whose vectorized Parquet reader decodes BYTE_STREAM_SPLIT (4.1 and 4.2 fail
+#: with "Unsupported encoding: BYTE_STREAM_SPLIT"): before it, files that store a float column
+#: the read takes so go through the data source (arrowlake's reader decodes every encoding).
+SPLIT_FLOATS_SPARK = (4, 3)
 #: Deleted positions go to Spark as rows holding arrays of this many (one row per position
 #: costs the JVM several times as much to take in).
 _KEYS_PER_ROW = 65_536
@@ -176,6 +172,9 @@ class FastReadPlan:
     schema: pa.Schema  # the scan's output schema
     table_schema: pa.Schema
     filter: Expr
+    # The filter as Spark SQL keeping exactly arrowlake's rows (spark.filters), applied to
+    # the rows Spark's reader reads; None: no filter.
+    condition: str | None = None
     parquet: list[ParquetGroup] = field(default_factory=list)
     source: list[Split] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)  # why files go through the data source
@@ -267,6 +266,30 @@ def _read_options(storage: Storage, path: str) -> dict[str, str] | None:
     return s3a.s3a_options(s3a.bucket_of(path), storage.options)
 
 
+def _local_spark_version() -> tuple[int, int]:
+    import pyspark
+
+    major, minor = str(pyspark.__version__).split(".")[:2]
+    return int(major), int(minor)
+
+
+def _stores_split_floats(storage: Storage, task: FileTask,
+                         sources: Mapping[str, pa.Field | None]) -> bool:
+    """Whether the file stores a float column the read takes BYTE_STREAM_SPLIT, as its
+    footer says (read once per file and process: fragments are cached). arrowlake's writer
+    splits top-level float columns only, and wrote them so by default until
+    ``write.encodings = auto`` stopped doing it."""
+    floats = {f.name for f in sources.values()
+              if f is not None and pa.types.is_floating(f.type)}
+    if not floats:
+        return False
+    metadata = file_fragment(storage, task).metadata
+    columns = [i for i in range(metadata.num_columns)
+               if metadata.schema.column(i).path in floats]
+    return any("BYTE_STREAM_SPLIT" in metadata.row_group(g).column(i).encodings
+               for g in range(metadata.num_row_groups) for i in columns)
+
+
 def _needed(schema_names: Sequence[str], expr: Expr) -> list[str]:
     needed = list(schema_names)
     for c in sorted(referenced_columns(expr)):
@@ -288,9 +311,20 @@ def plan_read(spark: SparkSession | None, lake: Lake | str | None, table: str, *
     scan = table_scan(lake.table(table), ReadOptions(snapshot, as_of, tag), filter, columns)
     plan = FastReadPlan(scan.schema, scan.view.schema, scan.expr)
     reasons: set[str] = set()
+    exact = True
+    if not isinstance(scan.expr, AlwaysTrue):
+        plan.condition = to_spark_sql(scan.expr, scan.view.schema)
+        if plan.condition is None:  # arrowlake's reader applies it
+            exact = False
+            reasons.add("a filter Spark cannot evaluate exactly as arrowlake does")
     by_schema: dict[tuple[int, bool], tuple[Split, list[FileTask]]] = {}
     cores = default_parallelism(spark) if spark is not None else 1
+    split_floats_read = (spark_version(spark) if spark is not None
+                         else _local_spark_version()) >= SPLIT_FLOATS_SPARK
     for split in plan_splits(scan, None, cores):
+        if not exact:
+            plan.source.append(split)
+            continue
         direct: list[FileTask] = list(split.files)
         if split.merge is not None:
             direct = [f for g in bucket_groups(split.files) if not needs_merge(g) for f in g]
@@ -301,9 +335,13 @@ def plan_read(spark: SparkSession | None, lake: Lake | str | None, table: str, *
             reasons.add("storage Spark's reader cannot reach")
         readable = []
         for f in reachable:
-            if _column_sources(split.schema, split.file_schemas[f.schema_id],
-                               _needed(split.columns, split.filter)) is None:
+            sources = _column_sources(split.schema, split.file_schemas[f.schema_id],
+                                      _needed(split.columns, split.filter))
+            if sources is None:
                 reasons.add("column types Spark's Parquet reader does not read")
+            elif not split_floats_read and _stores_split_floats(split.storage, f, sources):
+                reasons.add(f"BYTE_STREAM_SPLIT floats, which Spark's Parquet reader decodes "
+                            f"from Spark {SPLIT_FLOATS_SPARK[0]}.{SPLIT_FLOATS_SPARK[1]} on")
             else:
                 readable.append(f)
         for f in readable:
@@ -564,8 +602,8 @@ def _parquet_frame(spark: SparkSession, group: ParquetGroup, plan: FastReadPlan)
     df = _project(df, plan.table_schema, sources)
     if isinstance(plan.filter, AlwaysTrue) and needed == list(plan.schema.names):
         return df  # (each DataFrame call is a round trip to the JVM that analyzes the plan)
-    if not isinstance(plan.filter, AlwaysTrue):
-        df = df.where(spark_filter(plan.filter))
+    if plan.condition is not None:
+        df = df.where(plan.condition)
     return df.select(*[_quote(c) for c in plan.schema.names])
 
 
@@ -625,51 +663,6 @@ def read_files(spark: SparkSession, reader: Any, paths: Sequence[str]) -> DataFr
 
 def _quote(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
-
-
-def spark_filter(expr: Expr) -> SparkColumn:
-    """An arrowlake filter as a Spark column expression (same null semantics: rows where the
-    filter is null are dropped by both)."""
-    if isinstance(expr, AlwaysTrue):
-        return F.lit(True)
-    if isinstance(expr, AlwaysFalse):
-        return F.lit(False)
-    if isinstance(expr, (And, Or)):  # n-ary: recursion only as deep as AND/OR nest
-        # Generated filters OR thousands of equalities: one isin per column instead of a
-        # Column (several JVM calls) per term. Spark's IN is its OR of =, NaN and all.
-        same: dict[str, list[Any]] = {}
-        rest: list[Expr] = []
-        for child in expr.children:
-            if (isinstance(expr, Or) and isinstance(child, Comparison) and child.op == "="
-                    and not isinstance(child.right, Column)):
-                same.setdefault(child.left.name, []).append(child.right.value)
-            else:
-                rest.append(child)
-        parts = [F.col(_quote(name)).isin(values) for name, values in same.items()]
-        parts += [spark_filter(child) for child in rest]
-        while len(parts) > 1:  # a balanced tree: Catalyst walks expressions recursively
-            pairs = [(a & b) if isinstance(expr, And) else (a | b)
-                     for a, b in zip(parts[::2], parts[1::2], strict=False)]
-            parts = [*pairs, parts[-1]] if len(parts) % 2 else pairs
-        return parts[0]
-    if isinstance(expr, Not):
-        return ~spark_filter(expr.child)
-    if isinstance(expr, Comparison):
-        left = F.col(_quote(expr.left.name))
-        right = (F.col(_quote(expr.right.name)) if isinstance(expr.right, Column)
-                 else F.lit(expr.right.value))
-        ops = {"=": left == right, "!=": left != right, "<": left < right,
-               "<=": left <= right, ">": left > right, ">=": left >= right}
-        return ops[expr.op]
-    if isinstance(expr, In):
-        return F.col(_quote(expr.column.name)).isin(list(expr.values))
-    if isinstance(expr, IsNull):
-        return F.col(_quote(expr.column.name)).isNull()
-    if isinstance(expr, IsNotNull):
-        return F.col(_quote(expr.column.name)).isNotNull()
-    if isinstance(expr, StartsWith):
-        return F.col(_quote(expr.column.name)).startswith(expr.prefix)
-    raise ValidationError(f"Filter {expr} has no Spark form")
 
 
 def read(spark: SparkSession, lake: Lake | str | None, table: str, *,

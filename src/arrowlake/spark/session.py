@@ -18,6 +18,7 @@ from arrowlake.errors import ValidationError
 #: Per session, what was learned of it.
 _KNOWN: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
 _SPLITS = re.compile(r"\bsplits=(\d+)")
+_VERSION = re.compile(r"(\d+)\.(\d+)")
 _CLASS_NAME = re.compile(r"[A-Za-z_$][\w$]*(\.[A-Za-z_$][\w$]*)*")
 #: Loads a class as Spark loads its data sources and file systems: with the jars of
 #: ``spark.jars`` / ``spark.jars.packages`` (on the context class loader, not the system one).
@@ -37,6 +38,17 @@ def _known(spark: Any) -> dict[str, Any]:
     if known is None:
         known = _KNOWN[spark] = {}
     return known
+
+
+def spark_version(spark: Any) -> tuple[int, int]:
+    """The (major, minor) version of the Spark that runs ``spark``'s queries (the server's,
+    under Spark Connect), asked once per session."""
+    known = _known(spark)
+    if "version" not in known:
+        found = _VERSION.match(str(spark.version))
+        known["version"] = (int(found.group(1)), int(found.group(2))) if found else (0, 0)
+    version: tuple[int, int] = known["version"]
+    return version
 
 
 def default_parallelism(spark: Any) -> int:
