@@ -47,14 +47,17 @@ The pieces a streaming reader or writer needs are functions here, not reader met
 from __future__ import annotations
 
 import base64
+import functools
+import inspect
 import json
 import os
 import pickle
+import sys
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -66,7 +69,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from arrowlake.errors import NotFound, ValidationError
+from arrowlake.errors import ArrowlakeError, NotFound, ValidationError
 from arrowlake.expressions import Expr, to_expression
 from arrowlake.io.storage import normalize_location
 from arrowlake.lazy import lazy_module
@@ -98,6 +101,56 @@ else:
 FORMAT = "arrowlake"
 #: An internal option: pickled splits planned by arrowlake.spark.fast, read as they are.
 SPLITS_OPTION = "arrowlake.splits"
+
+Method = TypeVar("Method", bound=Callable[..., Any])
+
+
+def in_pyspark_worker() -> bool:
+    """Whether this process is one of PySpark's Python workers (forked by ``pyspark.daemon``,
+    or started as a ``pyspark.*`` module), not the user's own."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return spec is not None and str(spec.name).startswith("pyspark.")
+
+
+def _message_first() -> None:
+    """The arrowlake error being raised, reported by PySpark's worker without a traceback.
+
+    PySpark sends the JVM the worker's traceback as the error's text, so the user read
+    ``[PYTHON_DATA_SOURCE_ERROR] Failed to create Python data source instance: Traceback (most
+    recent call last):`` and a screen of arrowlake's frames before the message. An arrowlake
+    error says what was wrong and what to do; its frames add nothing. PySpark's own switch for
+    that (``spark.sql.execution.pyspark.udf.hideTraceback.enabled``, which reaches the worker
+    as ``SPARK_HIDE_TRACEBACK``, read when it reports an error) is set for this error only: a
+    worker reporting an error exits right after, so nothing else it runs is affected. The
+    text then starts ``arrowlake.errors.FilterSyntaxError: Expected a value ...``."""
+    if in_pyspark_worker():
+        os.environ["SPARK_HIDE_TRACEBACK"] = "1"
+
+
+def user_facing(method: Method) -> Method:
+    """For the methods PySpark calls with the user's options: arrowlake's errors reach the user
+    with their message first (:func:`_message_first`). Generator methods are covered while
+    they run."""
+    if inspect.isgeneratorfunction(method):
+        @functools.wraps(method)
+        def generate(*args: Any, **kwargs: Any) -> Any:
+            try:
+                yield from method(*args, **kwargs)
+            except ArrowlakeError:
+                _message_first()
+                raise
+
+        return generate  # type: ignore[return-value]
+
+    @functools.wraps(method)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except ArrowlakeError:
+            _message_first()
+            raise
+
+    return call  # type: ignore[return-value]
 
 
 def encode_splits(splits: Sequence[Split]) -> str:
@@ -312,6 +365,7 @@ class ArrowlakeReader(DataSourceReader):
         self.columns = tuple(schema.fieldNames())
         self.target = spark_arrow_schema(schema)
 
+    @user_facing
     def partitions(self) -> Sequence[InputPartition]:
         if SPLITS_OPTION in self.options:
             # Planned by arrowlake.spark.read, its filter already in each split.
@@ -321,9 +375,10 @@ class ArrowlakeReader(DataSourceReader):
         scan = table_scan(open_table(self.options), read, columns=self.columns)
         return split_partitions(scan, read.split_size, read.min_partitions)
 
+    @user_facing
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, SplitPartition)
-        return read_partition(partition, self.target)
+        yield from read_partition(partition, self.target)
 
 
 # -- writing ------------------------------------------------------------------------------------
@@ -365,6 +420,7 @@ class ArrowlakeWriter(DataSourceArrowWriter):
         self.target: WriteTarget = staging.write_target(
             table, "spark", detached_lease=write_lease(options))
 
+    @user_facing
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedMessage:
         from pyspark import TaskContext
 
@@ -381,6 +437,7 @@ class ArrowlakeWriter(DataSourceArrowWriter):
                                            replace_where=self.replace_where,
                                            row_kind=self.row_kind, order=order))
 
+    @user_facing
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         staged = [m.staged for m in messages if isinstance(m, StagedMessage)]
         table = open_table(self.options)
@@ -390,6 +447,7 @@ class ArrowlakeWriter(DataSourceArrowWriter):
         finally:
             self.target.finish(table._metastore)
 
+    @user_facing
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         staging.discard_staged(self.target, [m.staged for m in messages
                                              if isinstance(m, StagedMessage)])
@@ -431,11 +489,14 @@ class ArrowlakeDataSource(DataSource):
             cached = self._table_schema = source_schema(self.options)
         return cached
 
+    @user_facing
     def schema(self) -> StructType:
         return spark_schema(self.table_schema())
 
+    @user_facing
     def reader(self, schema: StructType) -> DataSourceReader:
         return ArrowlakeReader(self.options, schema)
 
+    @user_facing
     def writer(self, schema: StructType, overwrite: bool) -> ArrowlakeWriter:
         return ArrowlakeWriter(self.options, overwrite)

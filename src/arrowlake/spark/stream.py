@@ -59,13 +59,6 @@ from pyspark.sql.datasource import (
     InputPartition,
     WriterCommitMessage,
 )
-from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable,
-    ReadLimit,
-    ReadMaxFiles,
-    ReadMaxRows,
-    SupportsTriggerAvailableNow,
-)
 from pyspark.sql.types import StringType, StructField, StructType
 
 from arrowlake.errors import ValidationError
@@ -80,6 +73,7 @@ from arrowlake.spark.source import (
     open_table,
     plan_splits,
     source_schema,
+    user_facing,
     write_lease,
     write_mode,
 )
@@ -91,6 +85,36 @@ from arrowlake.spark.types import (
     to_spark_batch,
 )
 from arrowlake.streaming.splits import ROW_KIND_COLUMN, ChangeSplit
+
+try:  # PySpark 4.2+: admission control and Trigger.AvailableNow for Python stream readers
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable,
+        ReadLimit,
+        ReadMaxFiles,
+        ReadMaxRows,
+        SupportsTriggerAvailableNow,
+    )
+
+    ADMISSION_CONTROL = True
+except ImportError:  # PySpark 4.1: latestOffset() takes no start and no limit
+    ADMISSION_CONTROL = False
+
+    class ReadLimit:  # type: ignore[no-redef]
+        """Stand-ins for the read limits of PySpark 4.2+ (4.1 never hands one over)."""
+
+    class ReadAllAvailable(ReadLimit):  # type: ignore[no-redef]
+        pass
+
+    class ReadMaxRows(ReadLimit):  # type: ignore[no-redef]
+        def __init__(self, max_rows: int) -> None:
+            self.max_rows = max_rows
+
+    class ReadMaxFiles(ReadLimit):  # type: ignore[no-redef]
+        def __init__(self, max_files: int) -> None:
+            self.max_files = max_files
+
+    class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
+        pass
 
 if TYPE_CHECKING:
     from arrowlake.streaming import stream as streams
@@ -108,6 +132,12 @@ else:
 BEFORE_FULL = -1
 #: Spark's local property with the persistent id of a streaming query.
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
+
+
+def _pyspark_version() -> str:
+    import pyspark
+
+    return str(pyspark.__version__)
 
 
 def _flag(options: Mapping[str, str], key: str) -> bool:
@@ -163,6 +193,15 @@ class ArrowlakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self.consumer = self.options.get("consumer") or None
         self.max_snapshots = _positive(self.options, "maxsnapshotspertrigger")
         self.max_rows = _positive(self.options, "maxrowspertrigger")
+        if not ADMISSION_CONTROL and (self.max_snapshots or self.max_rows):
+            raise ValidationError(
+                "Options maxSnapshotsPerTrigger and maxRowsPerTrigger need PySpark 4.2 or "
+                f"later: PySpark {_pyspark_version()} gives Python stream readers no read "
+                "limits (pyspark.sql.streaming.datasource is missing). Drop the option (each "
+                "batch then reads every snapshot committed since the last one) or upgrade")
+        # Where the query stands, for PySpark 4.1, whose latestOffset() is not told
+        # (None: not known yet, e.g. right after a restart from a checkpoint).
+        self._position: int | None = None
         self.available_now: int | None = None  # the last snapshot of an availableNow run
         start = str(self.options.get("startingsnapshot") or "full").strip().lower()
         if start not in ("full", "latest", "earliest") and not start.isdigit():
@@ -198,6 +237,7 @@ class ArrowlakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     # -- offsets ---------------------------------------------------------------------------
 
+    @user_facing
     def initialOffset(self) -> dict:
         ms, tid = self.table._metastore, self.table._record.table_id
         resume = (ms.consumer_next_snapshot(tid, self.consumer)
@@ -224,6 +264,7 @@ class ArrowlakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         if self.consumer is not None and resume is None and position != BEFORE_FULL:
             # Registered now, so expiry keeps the changes the query is about to read.
             ms.commit_consumer(tid, self.consumer, position + 1)
+        self._position = position
         return {"snapshot": position}
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -238,7 +279,16 @@ class ArrowlakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def prepareForTriggerAvailableNow(self) -> None:
         self.available_now = self._current()
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    @user_facing
+    def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:
+        if start is None:
+            # PySpark 4.1 calls latestOffset() with no start and no limit: every snapshot
+            # committed so far (the options that limit batches are refused there).
+            latest = self._current()
+            if latest <= 0:  # nothing committed yet: stay where the query is
+                return {"snapshot": self._position if self._position is not None else 0}
+            self._position = latest
+            return {"snapshot": latest}
         position = int(start["snapshot"])
         # Spark asks for the next batch once every batch up to ``start`` is committed (after a
         # restart it first re-runs a planned batch without asking): ``commit`` comes one batch
@@ -284,6 +334,7 @@ class ArrowlakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     # -- planning and reading --------------------------------------------------------------
 
+    @user_facing
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         first, last = int(start["snapshot"]), int(end["snapshot"])
         if last <= first or last <= 0:
@@ -305,6 +356,7 @@ class ArrowlakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 stream.close()
         return [ChangePartition(s) for s in splits]  # type: ignore[arg-type]
 
+    @user_facing
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, ChangePartition)
         if partition.split is None:
@@ -312,9 +364,12 @@ class ArrowlakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         for batch in partition.split.to_batches():
             yield to_spark_batch(batch, self.target)
 
+    @user_facing
     def commit(self, end: dict) -> None:
         """Spark has processed everything up to ``end``: the consumer's progress."""
         snapshot = int(end["snapshot"])
+        if self._position is None:
+            self._position = snapshot
         if self.consumer is not None and snapshot > 0:
             self.table._metastore.commit_consumer(self.table._record.table_id, self.consumer,
                                                   snapshot + 1)
@@ -364,6 +419,7 @@ class ArrowlakeStreamWriter(DataSourceStreamArrowWriter):
         self.target: WriteTarget = staging.write_target(
             table, "spark-stream", detached_lease=write_lease(self.options))
 
+    @user_facing
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StreamMessage:
         from pyspark import TaskContext
 
@@ -390,6 +446,7 @@ class ArrowlakeStreamWriter(DataSourceStreamArrowWriter):
                 "option('checkpointLocation', ...) or option('queryId', ...)")
         return f"spark-stream:{query}:{batch_id}"
 
+    @user_facing
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         staged = [m.staged for m in messages if isinstance(m, StagedMessage | StreamMessage)]
         mode = self.mode
@@ -398,6 +455,7 @@ class ArrowlakeStreamWriter(DataSourceStreamArrowWriter):
         staging.commit_staged(open_table(self.options), staged, mode,
                               commit_id=self._commit_id(messages, batchId))
 
+    @user_facing
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         staging.discard_staged(self.target, [m.staged for m in messages
                                              if isinstance(m, StagedMessage | StreamMessage)])
@@ -450,9 +508,11 @@ def foreach_batch_sink(lake: str | None, table: str, **options: str
 class ArrowlakeDataSource(BatchDataSource):
     """``format("arrowlake")``: batch and streaming reads and writes of arrowlake tables."""
 
+    @user_facing
     def schema(self) -> StructType:
         return stream_schema(self.options, self.table_schema())
 
+    @user_facing
     def reader(self, schema: StructType) -> DataSourceReader:
         if ROW_KIND_COLUMN in schema.fieldNames():
             raise ValidationError(
@@ -460,8 +520,10 @@ class ArrowlakeDataSource(BatchDataSource):
                 "(spark.readStream); a batch read has no row kinds")
         return super().reader(schema)
 
+    @user_facing
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return ArrowlakeStreamReader(self.options, schema)
 
+    @user_facing
     def streamWriter(self, schema: StructType, overwrite: bool) -> ArrowlakeStreamWriter:
         return ArrowlakeStreamWriter(self.options, overwrite, schema)
