@@ -35,7 +35,7 @@ pub struct Image<'a> {
 impl<'a> Image<'a> {
     pub fn new(kind: Kind, width: usize, data: &'a [u8]) -> Result<Self> {
         let int_width = matches!(width, 1 | 2 | 4 | 8);
-        if width == 0 || data.len() % width != 0 || (kind != Kind::Bytes && !int_width) {
+        if width == 0 || !data.len().is_multiple_of(width) || (kind != Kind::Bytes && !int_width) {
             return Err(KernelError::invalid(format!(
                 "Key images of {width} bytes cannot hold {} bytes of {kind:?} values",
                 data.len()
