@@ -8,8 +8,11 @@ Spark session (PySpark 4.1.4 in its own environment) runs every query of this mo
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from datetime import UTC
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -37,7 +40,7 @@ def _files(folder: Path) -> set[Path]:
 
 @pytest.fixture(scope="module")
 def spark_run(lake_fx: LakeFixture, catalog_url: str,
-              tmp_path_factory: pytest.TempPathFactory) -> tuple[ClientRun, dict[str, object]]:
+              tmp_path_factory: pytest.TempPathFactory) -> tuple[ClientRun, dict[str, Any]]:
     marks, times = lake_fx.marks, lake_fx.times
     at = times["users_1"].astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
     lake = lake_fx.lake
@@ -80,7 +83,7 @@ def spark_run(lake_fx: LakeFixture, catalog_url: str,
     return run, before
 
 
-@pytest.mark.parametrize(("name", "table", "mark", "tag", "filter"), [
+READS = [
     ("events_now", "shop.events", None, None, None),
     ("events_1", "shop.events", "events_1", None, None),
     ("events_filtered", "shop.events", None, None, "region = 'us' and day = '2026-11-02'"),
@@ -92,18 +95,18 @@ def spark_run(lake_fx: LakeFixture, catalog_url: str,
     ("evo_1", "crm.evolving", "evo_1", None, None),
     ("refs_now", "crm.users", None, None, None),
     ("refs_1", "crm.users", "users_1", None, None),
-])
-def test_spark_reads_row_for_row(spark_run, lake_fx: LakeFixture, name, table, mark, tag,
-                                 filter):
-    run, _ = spark_run
+]
+
+
+def check_reads(run: ClientRun, lake_fx: LakeFixture, name: str, table: str,
+                mark: str | None, tag: str | None, filter: str | None) -> None:
     snapshot = lake_fx.marks[mark] if mark else None
     expected = lake_fx.lake.table(table).scan(filter, snapshot=snapshot, tag=tag).to_arrow()
     assert expected.num_rows > 0
     assert_same_rows(run.table(name), expected, KEYS[table])
 
 
-def test_spark_lists_and_aggregates(spark_run, lake_fx: LakeFixture):
-    run, _ = spark_run
+def check_lists_and_aggregates(run: ClientRun, lake_fx: LakeFixture) -> None:
     assert run.table("namespaces").column(0).to_pylist() == ["crm", "empty_ns", "shop"]
     assert sorted(run.table("tables").column("tableName").to_pylist()) == [
         "evolving", "legacy", "users"]
@@ -114,17 +117,14 @@ def test_spark_lists_and_aggregates(spark_run, lake_fx: LakeFixture):
                      ["tier"])
 
 
-def test_spark_is_told_why_a_merge_on_read_table_has_no_view(spark_run, lake_fx):
-    run, _ = spark_run
+def check_merge_on_read_refused_with_the_reason(run: ClientRun, lake_fx: LakeFixture) -> None:
     with pytest.raises(NoIcebergView) as raised:
         publish(lake_fx.lake.table("crm.legacy"))
     assert str(raised.value) in run.error("legacy")
 
 
-@pytest.mark.parametrize("write", ["insert", "delete", "create", "drop"])
-def test_spark_writes_are_refused_and_change_nothing(spark_run, lake_fx: LakeFixture,
-                                                     write: str):
-    run, before = spark_run
+def check_write_refused(run: ClientRun, lake_fx: LakeFixture, before: dict[str, Any],
+                        write: str) -> None:
     message = run.error(write)
     assert "read-only" in message and "format('arrowlake')" in message, message
     lake = lake_fx.lake
@@ -135,6 +135,32 @@ def test_spark_writes_are_refused_and_change_nothing(spark_run, lake_fx: LakeFix
         lake.table("crm.users").count()]
 
 
-def test_spark_leaves_no_data_files_behind_after_a_refused_write(spark_run, lake_fx):
-    _, before = spark_run
+@pytest.mark.timeout(900)
+def test_spark_through_the_catalog(spark_run, lake_fx: LakeFixture):
+    """Every check of the module against one Spark session's answers. One test, because under
+    pytest-xdist every worker that ran a test of this module would start its own Spark."""
+    run, before = spark_run
+    checks: list[tuple[str, Callable[[], None]]] = [
+        (f"read {case[0]}", functools.partial(check_reads, run, lake_fx, *case))
+        for case in READS]
+    checks += [
+        ("SHOW and GROUP BY", functools.partial(check_lists_and_aggregates, run, lake_fx)),
+        ("merge-on-read refused", functools.partial(
+            check_merge_on_read_refused_with_the_reason, run, lake_fx)),
+    ]
+    checks += [(f"{write} refused", functools.partial(check_write_refused, run, lake_fx,
+                                                      before, write))
+               for write in ("insert", "delete", "create", "drop")]
+    checks.append(("no data files left by the refused writes",
+                   lambda: _check_no_files_left(lake_fx, before)))
+    failures = []
+    for what, check in checks:
+        try:
+            check()
+        except AssertionError as exc:
+            failures.append(f"{what}: {str(exc)[:2000]}")
+    assert not failures, "\n\n".join(failures)
+
+
+def _check_no_files_left(lake_fx: LakeFixture, before: dict[str, Any]) -> None:
     assert _files(lake_fx.path) == before["files"]
