@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import re
+import select
 import signal
 import socket
 import sqlite3
@@ -32,9 +33,11 @@ class Server:
              "iceberg-rest", "--port", "0", *args],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         assert self.process.stdout is not None
-        self.url = self.process.stdout.readline().strip()
+        # Never wait forever for the URL: a server that does not start is killed, not leaked.
+        ready, _, _ = select.select([self.process.stdout], [], [], 60)
+        self.url = self.process.stdout.readline().strip() if ready else ""
         if not self.url:
-            self.process.wait(30)
+            self.kill()
             raise AssertionError(f"no URL printed: {self.process.stderr.read()}")  # type: ignore[union-attr]
 
     def stop(self, timeout: float = 20) -> tuple[int, float]:
