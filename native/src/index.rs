@@ -121,9 +121,10 @@ pub fn find(level: &Image, keys: &Image) -> Result<(Vec<bool>, Vec<i64>)> {
     Ok(pairs.into_iter().unzip())
 }
 
-/// `KeyIndex.search`: `(slots, indices into keys)` of the keys live in the index; slots below
+/// `KeyIndex.search`: `(slots, indices into keys)` of the keys live in the index (`dead`: one
+/// byte per base entry, non-zero where deleted); slots below
 /// `base.len()` are base entries, the others `base.len() +` a recent entry.
-pub fn search(base: &Image, dead: &[bool], recent: &Image, keys: &Image) -> Result<(Vec<i64>, Vec<i64>)> {
+pub fn search(base: &Image, dead: &[u8], recent: &Image, keys: &Image) -> Result<(Vec<i64>, Vec<i64>)> {
     if dead.len() != base.len() {
         return Err(KernelError::invalid(format!(
             "{} dead flags for {} base entries",
@@ -137,7 +138,7 @@ pub fn search(base: &Image, dead: &[bool], recent: &Image, keys: &Image) -> Resu
     let mut slots = Vec::new();
     let mut incoming = Vec::new();
     for j in 0..keys.len() {
-        if in_base[j] && !dead[at_base[j] as usize] {
+        if in_base[j] && dead[at_base[j] as usize] == 0 {
             slots.push(at_base[j]);
             incoming.push(j as i64);
         } else if in_recent[j] {

@@ -13,7 +13,7 @@ use arrow_array::{
     make_array, Array, ArrayRef, BooleanArray, FixedSizeBinaryArray, Int32Array, Int64Array,
     UInt64Array,
 };
-use arrow_buffer::{Buffer, ToByteSlice};
+use arrow_buffer::{Buffer, ScalarBuffer, ToByteSlice};
 use arrow_data::ArrayData;
 use arrow_schema::DataType;
 use pyo3::create_exception;
@@ -123,7 +123,8 @@ fn int64s(values: Vec<i64>) -> ArrowOut {
     out(Int64Array::from(values).into_data())
 }
 
-fn as_i64s(array: &ArrayRef, what: &str) -> PyResult<Vec<i64>> {
+/// The values of an int64 array, shared with the producer (no copy).
+fn as_i64s(array: &ArrayRef, what: &str) -> PyResult<ScalarBuffer<i64>> {
     let ints = array
         .as_any()
         .downcast_ref::<Int64Array>()
@@ -131,15 +132,19 @@ fn as_i64s(array: &ArrayRef, what: &str) -> PyResult<Vec<i64>> {
     if ints.null_count() > 0 {
         return Err(NativeInvalid::new_err(format!("{what} may not be null")));
     }
-    Ok(ints.values().to_vec())
+    Ok(ints.values().clone())
 }
 
-fn as_u64s(array: &ArrayRef, what: &str) -> PyResult<Vec<u64>> {
+/// The values of a uint64 array, shared with the producer (no copy).
+fn as_u64s(array: &ArrayRef, what: &str) -> PyResult<ScalarBuffer<u64>> {
     let ints = array
         .as_any()
         .downcast_ref::<UInt64Array>()
         .ok_or_else(|| NativeInvalid::new_err(format!("{what} must be uint64, not {}", array.data_type())))?;
-    Ok(ints.values().to_vec())
+    if ints.null_count() > 0 {
+        return Err(NativeInvalid::new_err(format!("{what} may not be null")));
+    }
+    Ok(ints.values().clone())
 }
 
 // -- bucket hash ----------------------------------------------------------------------------
@@ -337,14 +342,14 @@ fn index_search(
     keys: &Bound<'_, PyAny>,
 ) -> PyResult<(ArrowOut, ArrowOut)> {
     let (base, recent, keys) = (image_of(base)?, image_of(recent)?, image_of(keys)?);
+    // numpy's bools viewed as uint8: shared, not converted (the base can hold millions).
     let dead = import(dead)?;
-    let dead: Vec<bool> = dead
+    let dead = dead
         .as_any()
-        .downcast_ref::<BooleanArray>()
-        .ok_or_else(|| NativeInvalid::new_err("Dead flags must be booleans"))?
+        .downcast_ref::<arrow_array::UInt8Array>()
+        .ok_or_else(|| NativeInvalid::new_err("Dead flags must be uint8 (numpy bools as bytes)"))?
         .values()
-        .iter()
-        .collect();
+        .clone();
     let (slots, incoming) = run(py, "index_search", || {
         index::search(&base.image()?, &dead, &recent.image()?, &keys.image()?)
     })?;

@@ -243,7 +243,8 @@ def index_search(base: np.ndarray, dead: np.ndarray, recent: np.ndarray, keys: n
                  ) -> tuple[np.ndarray, np.ndarray]:
     """``KeyIndex.search``: ``(slots, indices into keys)`` of the keys live in the index."""
     slots, incoming = _call("index_search", _lib().index_search, image_array(base),
-                            pa.array(np.asarray(dead, dtype=bool)), image_array(recent),
+                            pa.array(np.ascontiguousarray(dead, dtype=bool).view(np.uint8)),
+                            image_array(recent),
                             image_array(keys))
     return _numpy(slots), _numpy(incoming)
 
