@@ -72,3 +72,40 @@ def test_unhashable_types_are_refused_alike() -> None:
     nested = pa.table({"d": pa.array([1.5, 1.5]).dictionary_encode()})
     assert both(lambda: key_hash(nested, ["d"]))[1] == (
         TypeError, "Cannot hash key values of type double")
+
+
+@pytest.mark.parametrize("kind", [
+    pa.timestamp("s"), pa.timestamp("ms"), pa.timestamp("us", tz="UTC"),
+    pa.timestamp("ns", tz="Asia/Kolkata"), pa.duration("ms"), pa.duration("us"),
+    pa.duration("ns"), pa.time32("s"), pa.time32("ms"), pa.time64("ns"), pa.date64(),
+    pa.int16(), pa.uint8(), pa.uint32(), pa.decimal32(7, 3), pa.decimal64(15, -3),
+    pa.decimal256(60, 30), pa.large_binary(), pa.dictionary(pa.int8(), pa.binary()),
+    pa.dictionary(pa.uint16(), pa.int64()),
+])
+def test_every_width_and_unit(kind: pa.DataType) -> None:
+    rng = np.random.default_rng(3)
+    ints = rng.integers(-(2**31), 2**31, 500)
+    t = pa.types
+    if t.is_time32(kind):
+        array = pa.array(np.abs(ints) % 86_400, pa.int32()).view(kind)
+    elif t.is_time64(kind):
+        array = pa.array(np.abs(ints) * 1000, pa.int64()).view(kind)
+    elif t.is_decimal(kind):
+        digits = [Decimal(int(v) % 9999) for v in ints]
+        array = pa.array([d.scaleb(-3) if kind.scale >= 0 else d * 1000 for d in digits], kind)
+    elif t.is_dictionary(kind):
+        values = [str(v % 7).encode() for v in ints] if t.is_binary(kind.value_type) else \
+            [int(v % 7) for v in ints]
+        array = pa.array(values, kind.value_type).dictionary_encode().cast(kind)
+    elif t.is_large_binary(kind):
+        array = pa.array([str(v).encode() for v in ints], kind)
+    elif t.is_integer(kind):
+        array = pa.array(ints).cast(kind, safe=False)
+    else:
+        array = pa.array(ints, pa.int64()).view(kind)
+    mask = pa.array(np.arange(500) % 9 == 0)
+    nulls = pa.compute.if_else(mask, pa.scalar(None, array.type), array) \
+        if not t.is_dictionary(kind) else array
+    table = pa.table({"k": nulls, "i": pa.array(ints)})
+    numpy_hash, native_hash = both(lambda: key_hash(table, ["k", "i"]))
+    np.testing.assert_array_equal(native_hash, numpy_hash)
