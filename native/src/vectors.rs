@@ -17,11 +17,14 @@ pub const MIN_LENGTH: usize = 4 + 4 + 8 + 4;
 /// The bitmap of `positions` (any order, repeats allowed).
 pub fn bitmap(positions: &[u64]) -> RoaringTreemap {
     if positions.windows(2).all(|w| w[0] < w[1]) {
-        // Sorted and unique (what lookups and decoded vectors give): appended in one pass.
-        RoaringTreemap::from_sorted_iter(positions.iter().copied()).unwrap_or_default()
-    } else {
-        positions.iter().copied().collect()
+        // Sorted and unique (decoded vectors, one file's matches): appended in one pass.
+        return RoaringTreemap::from_sorted_iter(positions.iter().copied()).unwrap_or_default();
     }
+    // Sorting first and appending beats inserting each position into the containers.
+    let mut sorted = positions.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    RoaringTreemap::from_sorted_iter(sorted).unwrap_or_default()
 }
 
 /// The portable serialization of `vector`, run-optimized first.
@@ -110,6 +113,13 @@ mod tests {
         let (blob, cardinality) = encode(&[5, 1], Some(&[1, 2]));
         assert_eq!(cardinality, 3);
         assert_eq!(decode(&blob).unwrap(), vec![1, 2, 5]);
+    }
+
+    #[test]
+    fn unsorted_positions_with_repeats() {
+        let (blob, cardinality) = encode(&[9, 1 << 40, 3, 9, 0], None);
+        assert_eq!(cardinality, 4);
+        assert_eq!(decode(&blob).unwrap(), vec![0, 3, 9, 1 << 40]);
     }
 
     #[test]
