@@ -332,6 +332,17 @@ fn index_find(py: Python<'_>, level: &Bound<'_, PyAny>, keys: &Bound<'_, PyAny>)
     Ok((out(BooleanArray::from(found).into_data()), int64s(at)))
 }
 
+/// numpy's bools viewed as uint8: shared, not converted (a base can hold millions).
+fn dead_flags(obj: &Bound<'_, PyAny>) -> PyResult<ScalarBuffer<u8>> {
+    let dead = import(obj)?;
+    Ok(dead
+        .as_any()
+        .downcast_ref::<arrow_array::UInt8Array>()
+        .ok_or_else(|| NativeInvalid::new_err("Dead flags must be uint8 (numpy bools as bytes)"))?
+        .values()
+        .clone())
+}
+
 /// `KeyIndex.search`: `(slots, incoming)`.
 #[pyfunction]
 fn index_search(
@@ -342,18 +353,33 @@ fn index_search(
     keys: &Bound<'_, PyAny>,
 ) -> PyResult<(ArrowOut, ArrowOut)> {
     let (base, recent, keys) = (image_of(base)?, image_of(recent)?, image_of(keys)?);
-    // numpy's bools viewed as uint8: shared, not converted (the base can hold millions).
-    let dead = import(dead)?;
-    let dead = dead
-        .as_any()
-        .downcast_ref::<arrow_array::UInt8Array>()
-        .ok_or_else(|| NativeInvalid::new_err("Dead flags must be uint8 (numpy bools as bytes)"))?
-        .values()
-        .clone();
+    let dead = dead_flags(dead)?;
     let (slots, incoming) = run(py, "index_search", || {
         index::search(&base.image()?, &dead, &recent.image()?, &keys.image()?)
     })?;
     Ok((int64s(slots), int64s(incoming)))
+}
+
+/// `index_search` of many buckets in one call, the buckets in parallel:
+/// `[(base, dead, recent, keys)]` -> `[(slots, incoming)]`.
+#[pyfunction]
+fn index_search_many(py: Python<'_>, buckets: &Bound<'_, PyList>) -> PyResult<Vec<(ArrowOut, ArrowOut)>> {
+    let mut owned = Vec::new();
+    for bucket in buckets.iter() {
+        let (base, dead, recent, keys): (Bound<'_, PyAny>, Bound<'_, PyAny>, Bound<'_, PyAny>, Bound<'_, PyAny>) =
+            bucket.extract()?;
+        owned.push((image_of(&base)?, dead_flags(&dead)?, image_of(&recent)?, image_of(&keys)?));
+    }
+    let found = run(py, "index_search_many", || {
+        use rayon::prelude::*;
+        owned
+            .par_iter()
+            .map(|(base, dead, recent, keys)| {
+                index::search(&base.image()?, dead, &recent.image()?, &keys.image()?)
+            })
+            .collect::<Result<Vec<_>, KernelError>>()
+    })?;
+    Ok(found.into_iter().map(|(slots, incoming)| (int64s(slots), int64s(incoming))).collect())
 }
 
 /// Two sorted levels as one: `(image, locators)`, or None if they share a key.
@@ -427,6 +453,27 @@ fn vector_encode<'py>(
     Ok((PyBytes::new(py, &blob), cardinality))
 }
 
+/// `vector_encode` of many files in one call, in parallel: `[(new, old or None)]` ->
+/// `[(blob, cardinality)]`.
+#[pyfunction]
+fn vector_encode_many<'py>(py: Python<'py>, files: &Bound<'py, PyList>) -> PyResult<Vec<(Bound<'py, PyBytes>, u64)>> {
+    let mut owned = Vec::new();
+    for file in files.iter() {
+        let (new, old): (Bound<'py, PyAny>, Bound<'py, PyAny>) = file.extract()?;
+        let new = as_u64s(&import(&new)?, "Positions")?;
+        let old = match import_optional(Some(&old))? {
+            Some(o) => Some(as_u64s(&o, "Positions")?),
+            None => None,
+        };
+        owned.push((new, old));
+    }
+    let encoded = run(py, "vector_encode_many", || {
+        use rayon::prelude::*;
+        Ok(owned.par_iter().map(|(new, old)| vectors::encode(new, old.as_deref())).collect::<Vec<_>>())
+    })?;
+    Ok(encoded.into_iter().map(|(blob, card)| (PyBytes::new(py, &blob), card)).collect())
+}
+
 /// The positions of a `deletion-vector-v1` blob, ascending (uint64).
 #[pyfunction]
 fn vector_decode(py: Python<'_>, blob: &[u8]) -> PyResult<ArrowOut> {
@@ -475,9 +522,11 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cut_groups, m)?)?;
     m.add_function(wrap_pyfunction!(index_find, m)?)?;
     m.add_function(wrap_pyfunction!(index_search, m)?)?;
+    m.add_function(wrap_pyfunction!(index_search_many, m)?)?;
     m.add_function(wrap_pyfunction!(index_merge, m)?)?;
     m.add_function(wrap_pyfunction!(index_build, m)?)?;
     m.add_function(wrap_pyfunction!(vector_encode, m)?)?;
+    m.add_function(wrap_pyfunction!(vector_encode_many, m)?)?;
     m.add_function(wrap_pyfunction!(vector_decode, m)?)?;
     m.add_function(wrap_pyfunction!(bitmap_serialize, m)?)?;
     m.add_function(wrap_pyfunction!(bitmap_positions, m)?)?;

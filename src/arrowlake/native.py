@@ -249,6 +249,16 @@ def index_search(base: np.ndarray, dead: np.ndarray, recent: np.ndarray, keys: n
     return _numpy(slots), _numpy(incoming)
 
 
+def index_search_many(buckets: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
+                      ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """:func:`index_search` of many buckets (``(base, dead, recent, keys)`` each) in one call,
+    the buckets searched in parallel."""
+    given = [(image_array(base), pa.array(np.ascontiguousarray(dead, dtype=bool).view(np.uint8)),
+              image_array(recent), image_array(keys)) for base, dead, recent, keys in buckets]
+    found = _call("index_search_many", _lib().index_search_many, given)
+    return [(_numpy(slots), _numpy(incoming)) for slots, incoming in found]
+
+
 def index_merge(a: np.ndarray, a_locators: np.ndarray, b: np.ndarray, b_locators: np.ndarray
                 ) -> tuple[np.ndarray, np.ndarray] | tuple[None, None]:
     """``key_index._merge``: two sorted levels as one, ``(None, None)`` if they share a key."""
@@ -291,6 +301,19 @@ def vector_encode(new: np.ndarray, old: np.ndarray | None = None) -> tuple[bytes
     return bytes(blob), int(cardinality)
 
 
+def vector_encode_many(files: Sequence[tuple[np.ndarray, np.ndarray | None]]
+                       ) -> list[tuple[bytes, int]]:
+    """:func:`vector_encode` of many files (``(new, old)`` each) in one call, in parallel."""
+    given = []
+    for new, old in files:
+        values = np.asarray(new)
+        if values.size and values.min() < 0:
+            raise ValueError("Row positions are never negative")
+        given.append((_ints(values, np.uint64), None if old is None else _ints(old, np.uint64)))
+    encoded = _call("vector_encode_many", _lib().vector_encode_many, given)
+    return [(bytes(blob), int(cardinality)) for blob, cardinality in encoded]
+
+
 def vector_decode(blob: bytes | memoryview) -> np.ndarray:
     """The positions of a ``deletion-vector-v1`` blob (uint64, ascending); a damaged blob
     raises :class:`~arrowlake.errors.ValidationError` saying what is damaged."""
@@ -328,9 +351,11 @@ __all__ = [
     "index_find",
     "index_merge",
     "index_search",
+    "index_search_many",
     "key_hash",
     "sortable",
     "sorted_groups",
     "vector_decode",
     "vector_encode",
+    "vector_encode_many",
 ]

@@ -106,3 +106,22 @@ def test_images_of_real_keys(data: st.DataObject, kinds: list[str]) -> None:
     expected_found, expected_at = key_index._find(level, image)
     np.testing.assert_array_equal(found, expected_found)
     np.testing.assert_array_equal(at, expected_at)
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data(), dtype=st.sampled_from(DTYPES), buckets=st.integers(0, 5))
+def test_many_buckets_searched_at_once(data: st.DataObject, dtype: object, buckets: int) -> None:
+    given_buckets = []
+    for _ in range(buckets):
+        base = data.draw(images(dtype))
+        recent = np.setdiff1d(data.draw(images(dtype)), base)
+        dead = np.asarray(data.draw(st.lists(st.booleans(), min_size=len(base),
+                                             max_size=len(base))), dtype=bool)
+        keys = np.concatenate([data.draw(images(dtype)), recent[:3], base[:3]])
+        given_buckets.append((base, dead, recent, keys))
+    together = native.index_search_many(given_buckets)
+    assert len(together) == buckets
+    for (slots, incoming), bucket in zip(together, given_buckets, strict=True):
+        alone = native.index_search(*bucket)
+        np.testing.assert_array_equal(slots, alone[0])
+        np.testing.assert_array_equal(incoming, alone[1])

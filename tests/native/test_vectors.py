@@ -97,3 +97,15 @@ def test_damaged_blobs_are_refused_alike(damage: str) -> None:
 def test_negative_positions_are_refused() -> None:
     with native_path(), pytest.raises(ValueError, match="never negative"):
         dv.encode_positions(np.array([-1, 2]))
+
+
+@settings(max_examples=40, deadline=None)
+@given(files=st.lists(st.tuples(positions, st.none() | positions), max_size=5))
+def test_many_files_encoded_at_once(files: list[tuple[list[int], list[int] | None]]) -> None:
+    given = [(np.asarray(new, np.uint64),
+              None if old is None else np.unique(np.asarray(old, np.uint64)))
+             for new, old in files]
+    with numpy_path():
+        expected = dv.encode_many(given)
+    with native_path():
+        assert dv.encode_many(given) == expected
