@@ -12,7 +12,7 @@ import pytest
 
 import arrowlake as al
 from arrowlake.errors import SchemaMismatch
-from arrowlake.table.writes import append_parts
+from arrowlake.table.writes.plain import append_parts
 
 SCHEMA = pa.schema([("id", pa.int64()), ("s", pa.string())])
 GOOD = pa.record_batch({"id": pa.array(range(100), pa.int64()),

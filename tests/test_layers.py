@@ -27,6 +27,14 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("io", ("arrowlake.io",)),
     ("merge", ("arrowlake.merge",)),
     ("scan", ("arrowlake.scan",)),
+    # table/ is layered within: options and the state the code below the facade takes; the key
+    # path; changelogs; writes (plan and commit); table maintenance; the facade on top
+    # (table.py, staged writes, schema evolution, transactions).
+    ("table state", ("arrowlake.table.options", "arrowlake.table.state")),
+    ("table keys", ("arrowlake.table.keys",)),
+    ("table changelogs", ("arrowlake.table.changelogs",)),
+    ("table writes", ("arrowlake.table.writes",)),
+    ("table maintenance", ("arrowlake.table.maintenance",)),
     ("table", ("arrowlake.table",)),
     ("streaming", ("arrowlake.streaming",)),
     # The published Iceberg view: metadata written from the metastore (table.py and
@@ -71,6 +79,7 @@ class Import:
     target: str  # the imported arrowlake module
     line: int
     where: str  # "module", "type-checking", "lazy" (arrowlake.lazy.lazy_module) or "function"
+    names: tuple[str, ...] = ()  # the names taken from it (``from m import a, b``)
 
 
 def module_names(package_dir: Path) -> dict[str, Path]:
@@ -103,9 +112,9 @@ def imports_of(module: str, source: str, known: set[str], is_package: bool = Fal
         base = base[: len(base) - (node.level - 1)]
         return ".".join([*base, node.module] if node.module else base)
 
-    def add(target: str, line: int, where: str) -> None:
+    def add(target: str, line: int, where: str, names: tuple[str, ...] = ()) -> None:
         if target == "arrowlake" or target.startswith("arrowlake."):
-            found.append(Import(module, target, line, where))
+            found.append(Import(module, target, line, where, names))
 
     def visit(node: ast.AST, where: str) -> None:
         if isinstance(node, ast.Import):
@@ -115,7 +124,10 @@ def imports_of(module: str, source: str, known: set[str], is_package: bool = Fal
             base = resolve(node)
             for alias in node.names:
                 sub = f"{base}.{alias.name}"
-                add(sub if sub in known else base, node.lineno, where)
+                if sub in known:
+                    add(sub, node.lineno, where)
+                else:
+                    add(base, node.lineno, where, (alias.name,))
         elif (isinstance(node, ast.Call) and node.args
               and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)
               and (getattr(node.func, "id", None) == "lazy_module"
@@ -162,11 +174,21 @@ def function_level(imports: list[Import]) -> list[str]:
             for imp in imports if imp.where == "function"]
 
 
+def private_names(imports: list[Import]) -> list[str]:
+    """Names starting with an underscore taken from another module: a module's private parts
+    are its own (the compiled ``arrowlake._native`` is a module, not a private name)."""
+    return [f"{imp.source}:{imp.line} takes {name} from {imp.target}"
+            for imp in imports for name in imp.names
+            if name.startswith("_") and not name.startswith("__") and name != "_native"]
+
+
 def cycles(imports: list[Import]) -> list[list[str]]:
-    """Cycles among the imports executed when modules load (not those for type checking)."""
+    """Cycles among the imports of modules, those for type checking included (a cycle that
+    only type checking closes is still a circle of knowledge between the modules); imports
+    made on first use (``lazy_module``) are not part of one."""
     graph: dict[str, set[str]] = {}
     for imp in imports:
-        if imp.where == "module" and imp.target != imp.source:
+        if imp.where in ("module", "type-checking") and imp.target != imp.source:
             graph.setdefault(imp.source, set()).add(imp.target)
     found: list[list[str]] = []
     state: dict[str, int] = {}  # 1: on the current path, 2: done
@@ -211,6 +233,10 @@ def test_no_import_cycles():
     assert cycles(all_imports()) == []
 
 
+def test_no_private_name_is_imported_across_modules():
+    assert private_names(all_imports()) == []
+
+
 def test_the_read_path_runs_top_down():
     """table -> scan -> merge -> io, and the merge lives in its own package."""
     imports = all_imports()
@@ -227,14 +253,16 @@ def test_the_read_path_runs_top_down():
 # -- the checker, on made-up sources ------------------------------------------------------------
 
 KNOWN = {"arrowlake", "arrowlake.errors", "arrowlake.io", "arrowlake.io.storage",
-         "arrowlake.table", "arrowlake.table.table", "arrowlake.table.primary_key",
+         "arrowlake.table", "arrowlake.table.table", "arrowlake.table.writes",
+         "arrowlake.table.writes.keyed",
          "arrowlake.scan", "arrowlake.scan.read"}
 
 
 def test_checker_reports_an_upward_import_at_module_level():
     source = "import os\nfrom arrowlake.table.table import Table\n"
     found = imports_of("arrowlake.io.storage", source, KNOWN)
-    assert found == [Import("arrowlake.io.storage", "arrowlake.table.table", 2, "module")]
+    assert found == [Import("arrowlake.io.storage", "arrowlake.table.table", 2, "module",
+                            ("Table",))]
     assert upward(found) == [
         "arrowlake.io.storage:2 (io) imports arrowlake.table.table (table) [module]"]
 
@@ -282,24 +310,35 @@ def test_checker_reports_function_level_imports_even_of_lower_layers():
 
 
 def test_checker_resolves_submodules_and_relative_imports():
-    source = ("from arrowlake.table import primary_key\n"
+    source = ("from arrowlake.table.writes import keyed\n"
               "from arrowlake import errors\n"
               "from . import storage\n"
               "from ..table import table\n")
     found = imports_of("arrowlake.io.object_store", source, KNOWN)
     assert [i.target for i in found] == [
-        "arrowlake.table.primary_key", "arrowlake.errors", "arrowlake.io.storage",
+        "arrowlake.table.writes.keyed", "arrowlake.errors", "arrowlake.io.storage",
         "arrowlake.table.table"]
     assert len(upward(found)) == 2  # the two table modules
 
 
-def test_checker_finds_cycles_of_module_level_imports_only():
+def test_checker_finds_cycles_also_of_type_checking_imports():
     a = Import("arrowlake.scan.read", "arrowlake.scan.split", 1, "module")
     b = Import("arrowlake.scan.split", "arrowlake.scan.read", 1, "module")
     typed = Import("arrowlake.scan.split", "arrowlake.scan.read", 1, "type-checking")
-    assert cycles([a, b]) == [["arrowlake.scan.read", "arrowlake.scan.split",
-                               "arrowlake.scan.read"]]
-    assert cycles([a, typed]) == []
+    lazy = Import("arrowlake.scan.split", "arrowlake.scan.read", 1, "lazy")
+    circle = [["arrowlake.scan.read", "arrowlake.scan.split", "arrowlake.scan.read"]]
+    assert cycles([a, b]) == circle
+    assert cycles([a, typed]) == circle
+    assert cycles([a, lazy]) == []
+
+
+def test_checker_finds_private_names_taken_from_other_modules():
+    source = ("from arrowlake.io.storage import Storage, _helper\n"
+              "from arrowlake import _native\n"
+              "from arrowlake.table.table import __all__\n")
+    found = imports_of("arrowlake.scan.read", source, KNOWN)
+    assert private_names(found) == [
+        "arrowlake.scan.read:1 takes _helper from arrowlake.io.storage"]
 
 
 def test_checker_places_every_layer():

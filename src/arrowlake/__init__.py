@@ -31,9 +31,9 @@ if TYPE_CHECKING:
     from arrowlake.maintenance import MaintenanceAction
     from arrowlake.scan.scan import Scan
     from arrowlake.streaming import Change, Stream
-    from arrowlake.table.health import TableHealth
+    from arrowlake.table.maintenance.health import TableHealth
     from arrowlake.table.table import Table
-    from arrowlake.table.writes import WriteResult
+    from arrowlake.table.writes.plain import WriteResult
 
 __version__ = "0.1.0"
 
@@ -50,10 +50,10 @@ _EXPORTS = {
     "SchemaMismatch": "arrowlake.errors",
     "Stream": "arrowlake.streaming",
     "Table": "arrowlake.table.table",
-    "TableHealth": "arrowlake.table.health",
+    "TableHealth": "arrowlake.table.maintenance.health",
     "TableNotFound": "arrowlake.errors",
     "ValidationError": "arrowlake.errors",
-    "WriteResult": "arrowlake.table.writes",
+    "WriteResult": "arrowlake.table.writes.plain",
     "col": "arrowlake.expressions",
     "connect": "arrowlake.lake",
     "dask": "arrowlake.dask",

@@ -31,7 +31,7 @@ from arrowlake.scan.scan import Scan
 from arrowlake.scan.split import Split
 from arrowlake.table import staged
 from arrowlake.table.table import Table
-from arrowlake.table.writes import WriteResult
+from arrowlake.table.writes.plain import WriteResult
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -118,7 +118,7 @@ def write(ddf: Any, table: Table, mode: str = "append", *, commit_id: str | None
     if mode not in WRITE_MODES:
         raise ValidationError(f"Unknown write mode {mode!r}; use one of {', '.join(WRITE_MODES)}")
     table._check_write(commit_id)
-    target = staged.write_target(table, "dask")  # registered while the workers write
+    target = staged.write_target(table.state, "dask")  # registered while the workers write
     try:
         staged.check_mode(target, mode, None)
         write_mode: staged.WriteMode = "upsert" if mode == "upsert" else "append"
@@ -130,7 +130,7 @@ def write(ddf: Any, table: Table, mode: str = "append", *, commit_id: str | None
         if failed:
             staged.discard_staged(target, done)
             raise failed[0]
-        return staged.commit_staged(table, done, write_mode, commit_id=commit_id)
+        return staged.commit_staged(table.state, done, write_mode, commit_id=commit_id)
     finally:
         target.finish()
 

@@ -481,13 +481,13 @@ def _server_class() -> type:
                 _check_not_cancelled(context)
                 result = table.upsert(rows, commit_id=commit_id)
             else:
-                target = staged.write_target(table)
+                target = staged.write_target(table.state)
                 stage = staged.stage(target, pa.RecordBatchReader.from_batches(
                     reader.schema, batches))  # deletes what it wrote if the stream breaks
                 if context.is_cancelled():
                     staged.discard_staged(target, [stage])
                     _check_not_cancelled(context)
-                result = staged.commit_staged(table, [stage], commit_id=commit_id)
+                result = staged.commit_staged(table.state, [stage], commit_id=commit_id)
             # A duplicate wrote nothing (upserts of deletion-vector tables report the rows
             # they would have written).
             rows = 0 if result.duplicate else result.added_rows

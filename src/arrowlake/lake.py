@@ -44,14 +44,14 @@ from arrowlake.schema import (
     validate_schema,
 )
 from arrowlake.streaming import stream as _stream  # noqa: F401
-from arrowlake.table.maintenance import metastore_files, own_files
-from arrowlake.table.maintenance_policy import (
+from arrowlake.table.maintenance.housekeeping import metastore_files, own_files
+from arrowlake.table.options.maintenance import (
     COMPACTION_MODE,
     DEFAULT_COMPACTION_MODE,
     NEW_TABLE_COMPACTION_MODE,
     warn_unsafe_properties,
 )
-from arrowlake.table.pk_options import validate_pk_options, validate_properties
+from arrowlake.table.options.primary_key import validate_pk_options, validate_properties
 from arrowlake.table.table import Table
 
 if TYPE_CHECKING:

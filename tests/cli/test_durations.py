@@ -12,7 +12,7 @@ import pytest
 import arrowlake as al
 from arrowlake.cli.commands import parse_duration
 from arrowlake.cli.main import build_parser
-from arrowlake.table.maintenance import parse_duration as property_duration
+from arrowlake.table.maintenance.housekeeping import parse_duration as property_duration
 
 SAME = [("7 d", 7 * 86400), ("30 min", 1800), ("500 ms", 0.5), ("3600", 3600), ("1w", 604800),
         ("1h30m", 5400), ("12h", 43200), ("0s", 0), ("1 d 12 h", 129600), ("2 minutes", 120)]

@@ -8,7 +8,9 @@ import time
 from arrowlake.io import deletion_vectors, prefetch
 from arrowlake.io.lru import SizedLRU
 from arrowlake.scan import deleted_rows, duckdb_relation, read
-from arrowlake.table import key_index, key_lookup, run_cache
+from arrowlake.table.keys import index as key_index
+from arrowlake.table.keys import lookup as key_lookup
+from arrowlake.table.keys import run_cache
 
 
 def test_values_past_the_limit_drop_the_least_recently_used():

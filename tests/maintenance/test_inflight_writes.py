@@ -117,7 +117,7 @@ def test_commit_fails_once_its_registration_was_revoked(lake: al.Lake) -> None:
     orphan removal: its commit fails with nothing committed."""
     table = lake.create_table("m.revoked", SCHEMA)
     table.append(rows(0, 10))
-    target = staged.write_target(table, "test")
+    target = staged.write_target(table.state, "test")
     stage = staged.stage(target, rows(100, 10))
     assert stage.files and all(write_id_of(f.path) == target.write_id for f in stage.files)
     # Kept while registered, however old.
@@ -133,7 +133,7 @@ def test_commit_fails_once_its_registration_was_revoked(lake: al.Lake) -> None:
     assert lake.metastore.live_writes() == []
     before = table.current_snapshot_id
     with pytest.raises(CommitConflict, match="no longer registered"):
-        staged.commit_staged(table, [stage])
+        staged.commit_staged(table.state, [stage])
     assert table.current_snapshot_id == before
     assert table.scan().to_arrow().num_rows == 10
 
@@ -143,7 +143,7 @@ def test_workers_write_under_the_drivers_registration(sqlite_lake: al.Lake,
     """Executors never touch the metastore: a pickled target carries the write id, not the
     registration, and a worker process's files are named after it."""
     table = sqlite_lake.create_table("m.staged", SCHEMA)
-    target = staged.write_target(table, "spark")
+    target = staged.write_target(table.state, "spark")
     copy = pickle.loads(pickle.dumps(target))
     assert copy.write_id == target.write_id and copy._registration is None
     script = textwrap.dedent("""
@@ -161,7 +161,7 @@ def test_workers_write_under_the_drivers_registration(sqlite_lake: al.Lake,
     stage = pickle.loads((tmp_path / "stage.pkl").read_bytes())
     assert stage.write_id == target.write_id
     assert table.remove_orphan_files(ZERO, dry_run=False).files == []
-    result = staged.commit_staged(table, [stage])
+    result = staged.commit_staged(table.state, [stage])
     assert result.added_rows == 2
     # The driver's registration lasts until it finishes the target (or drops it).
     assert [w["kind"] for w in sqlite_lake.metastore.live_writes()] == ["spark"]
@@ -171,7 +171,7 @@ def test_workers_write_under_the_drivers_registration(sqlite_lake: al.Lake,
 
 def test_a_forgotten_registration_ends_when_collected(sqlite_lake: al.Lake) -> None:
     table = sqlite_lake.create_table("m.forgotten", SCHEMA)
-    target = staged.write_target(table)
+    target = staged.write_target(table.state)
     assert len(sqlite_lake.metastore.live_writes()) == 1
     del target
     assert sqlite_lake.metastore.live_writes() == []
@@ -202,7 +202,7 @@ HOLDER = textwrap.dedent("""
     import pyarrow as pa
     lake = al.connect(sys.argv[1])
     table = lake.table("m.dead")
-    target = staged.write_target(table, "doomed")
+    target = staged.write_target(table.state, "doomed")
     staged.stage(target, pa.table({"k": pa.array([7], pa.int64()), "v": ["x"]}))
     print(target.write_id, flush=True)
     time.sleep(600)
@@ -323,7 +323,7 @@ def test_a_detached_write_outlives_the_process_that_made_it(sqlite_lake: al.Lake
     another: its registration is held by no process, kept by its lease, which the commit
     extends, and ended by whoever commits."""
     table = sqlite_lake.create_table("m.detached", SCHEMA)
-    made = staged.write_target(table, "spark", detached_lease=60)
+    made = staged.write_target(table.state, "spark", detached_lease=60)
     target = pickle.loads(pickle.dumps(made))
     del made  # the making process lets go of its copy
     [row] = sqlite_lake.metastore.live_writes()
@@ -331,16 +331,16 @@ def test_a_detached_write_outlives_the_process_that_made_it(sqlite_lake: al.Lake
     stage = staged.stage(target, rows(0, 5))
     assert table.remove_orphan_files(ZERO, dry_run=False).files == []
     sqlite_lake.metastore.renew_writes([target.write_id], 5_000)  # a lease nearly run out
-    staged.commit_staged(table, [stage])
+    staged.commit_staged(table.state, [stage])
     [row] = sqlite_lake.metastore.live_writes()
     assert row["expires_at"] - row["started_at"] >= 59_000  # the commit extended it
     target.finish(sqlite_lake.metastore)
     assert sqlite_lake.metastore.live_writes() == []
     # A detached write whose lease ran out is revoked, and its commit fails.
-    late = staged.write_target(table, "spark", detached_lease=60)
+    late = staged.write_target(table.state, "spark", detached_lease=60)
     stage = staged.stage(late, rows(10, 5))
     sqlite_lake.metastore.renew_writes([late.write_id], -1)
     assert len(table.remove_orphan_files(ZERO, dry_run=False).files) == len(stage.files)
     with pytest.raises(CommitConflict):
-        staged.commit_staged(table, [stage])
+        staged.commit_staged(table.state, [stage])
     assert table.scan().to_arrow().num_rows == 5

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from arrowlake import native
 from arrowlake.merge.versions import sortable_key
-from arrowlake.table import key_index
+from arrowlake.table.keys import index as key_index
 from tests.native.support import key_columns
 
 DTYPES = [np.int64, np.int32, np.int16, np.int8, np.uint64, np.uint32, np.uint8, "S1", "S5"]

@@ -10,7 +10,7 @@ import pytest
 
 import arrowlake as al
 import arrowlake.spark
-from arrowlake.table import compaction
+from arrowlake.table.maintenance import compaction
 from tests.conftest import put_file, sorted_rows, stored_paths
 from tests.spark.helpers import bucket_files, compaction_table, same_compaction
 

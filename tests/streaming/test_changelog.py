@@ -299,7 +299,8 @@ def test_a_write_landing_during_a_full_compaction_is_in_its_changelog(vectors, t
     """The full compaction's change is computed on one snapshot: a commit landing before the
     compaction commits makes it compute the change again, or that write would fall between
     two full compactions' changes and never be streamed."""
-    from arrowlake.table import changelog, vector_compaction
+    from arrowlake.table.changelogs import producers as changelog
+    from arrowlake.table.maintenance import vector_compaction
 
     lake = al.connect(tmp_path / "lake")
     t = lake.create_table("s.t", SCHEMA, primary_key=["k"], buckets=2,
@@ -464,7 +465,7 @@ def test_lookup_matches_a_model_for_partitioned_string_keys_with_a_sequence_fiel
 def test_lookup_is_the_same_with_and_without_the_run_cache(sqlite_lake, cache, engine):
     """Decoded runs cached (default), none cached (0), or evicted at once (1 byte): the same
     changes, also when a fresh process (an empty cache) writes next."""
-    from arrowlake.table import run_cache
+    from arrowlake.table.keys import run_cache
 
     props = {} if cache is None else {"changelog.lookup-cache-size": cache}
     t = sqlite_lake.create_table("s.t", SCHEMA, primary_key=["k"], buckets=2,
@@ -487,7 +488,7 @@ def test_lookup_cache_size_must_be_a_byte_count(sqlite_lake):
 
 
 def test_run_cache_stays_within_its_bound_and_evicts_the_least_recently_used():
-    from arrowlake.table.run_cache import RUNS, DecodedRun
+    from arrowlake.table.keys.run_cache import RUNS, DecodedRun
 
     def run(n: int) -> DecodedRun:
         return DecodedRun.of(pa.table({"k": pa.array(range(n), pa.int64())}), "k", True)
@@ -515,7 +516,7 @@ def test_a_failing_lookup_leaves_the_table_and_its_files_as_they_were(sqlite_lak
     changelog file written so far is deleted and nothing is committed."""
     import os
 
-    from arrowlake.table import lookup_changelog
+    from arrowlake.table.changelogs import lookup as lookup_changelog
 
     t = sqlite_lake.create_table("s.t", SCHEMA, primary_key=["k"], buckets=2,
                                  deletion_vectors=False,
@@ -556,7 +557,9 @@ def test_lookup_changelogs_of_format_1_still_read(sqlite_lake):
     entry) read as they did, next to format-2 snapshots of the same table."""
     from arrowlake.merge import RowKind
     from arrowlake.metastore.store import SnapshotChange
-    from arrowlake.table import changelog_files, primary_key, sorted_runs
+    from arrowlake.table.changelogs import files as changelog_files
+    from arrowlake.table.writes import keyed as primary_key
+    from arrowlake.table.keys import runs as sorted_runs
 
     t = sqlite_lake.create_table("s.old", SCHEMA, primary_key=["k"], buckets=2,
                                  deletion_vectors=False,
@@ -567,9 +570,9 @@ def test_lookup_changelogs_of_format_1_still_read(sqlite_lake):
     new = pa.table({"k": pa.array([2, 3, 4], pa.int64()), "v": ["B", "c", "d"]},
                    schema=before.schema)
     rows = primary_key.with_kinds(new, RowKind.INSERT)
-    runs = sorted_runs.write_runs(t, rows)
+    runs = sorted_runs.write_runs(t.state, rows)
     after = pa.concat_tables([before.filter(pa.compute.equal(before.column("k"), 1)), new])
-    log = changelog_files.write_changelog(t, changelog_files.diff(before, after, ["k"]))
+    log = changelog_files.write_changelog(t.state, changelog_files.diff(before, after, ["k"]))
     t._metastore.commit(t._record.table_id, t.current_snapshot_id, SnapshotChange(
         kind="upsert", schema_id=t._record.current_schema_id, add=runs,
         summary={"changelog": "lookup"}, changelog=log))

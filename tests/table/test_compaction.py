@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 import arrowlake as al
 from arrowlake.errors import DataFileError, ValidationError
-from arrowlake.table.compaction import CompactionOptions, compaction_options, pick_runs
-from arrowlake.table.run_cache import DEFAULT_RUN_CACHE_BYTES, run_cache_bytes
+from arrowlake.table.maintenance.compaction import CompactionOptions, compaction_options, pick_runs
+from arrowlake.table.options.primary_key import DEFAULT_RUN_CACHE_BYTES, run_cache_bytes
 from tests.conftest import METASTORES, make_lake
 from tests.table.test_pk_properties import (
     ENGINE_PROPERTIES,

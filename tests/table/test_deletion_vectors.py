@@ -17,7 +17,9 @@ from hypothesis import strategies as st
 
 import arrowlake as al
 from arrowlake.errors import DataFileError, ValidationError
-from arrowlake.table import merge_into, merge_on_write, vector_compaction
+from arrowlake.table.writes import merge_into
+from arrowlake.table.writes import on_write as merge_on_write
+from arrowlake.table.maintenance import vector_compaction
 from tests.conftest import METASTORES, make_lake
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("p", pa.string()),

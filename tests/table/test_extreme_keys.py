@@ -21,7 +21,7 @@ import arrowlake as al
 from arrowlake.expressions import AlwaysTrue, col
 from arrowlake.io.stats import encode_scalar
 from arrowlake.merge.runs import key_range
-from arrowlake.table.key_lookup import key_range_filter, literal_keys
+from arrowlake.table.keys.lookup import key_range_filter, literal_keys
 
 I64 = np.iinfo(np.int64)
 I32 = np.iinfo(np.int32)

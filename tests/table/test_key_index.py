@@ -7,8 +7,8 @@ import pyarrow as pa
 import pytest
 
 import arrowlake as al
-from arrowlake.table import key_index
-from arrowlake.table.key_index import build
+from arrowlake.table.keys import index as key_index
+from arrowlake.table.keys.index import build
 
 
 def _live(index: key_index.KeyIndex) -> dict[int, tuple[int, int]]:

@@ -186,7 +186,7 @@ def test_a_write_planned_in_the_old_mode_never_commits_in_the_new_one(metastore_
 def test_a_switch_checks_again_when_a_write_lands_during_its_check(tmp_path, monkeypatch):
     """A write commits runs after the switch checked the table: the switch sees the table
     moved, checks again, and refuses (the new run needs a merge)."""
-    from arrowlake.table import mode_switch
+    from arrowlake.table.maintenance import mode_switch
 
     lake = al.connect(tmp_path / "lake")
     t = lake.create_table("s.t", SCHEMA, primary_key=["id"], buckets=1, deletion_vectors=False)

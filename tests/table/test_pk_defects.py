@@ -6,9 +6,10 @@ import pyarrow as pa
 import pytest
 
 import arrowlake as al
+from arrowlake.table.maintenance import after_write
 from arrowlake.errors import ColumnNotFound, CommitConflict, SchemaMismatch, ValidationError
-from arrowlake.table import merge_into
-from arrowlake.table import primary_key as pk
+from arrowlake.table.writes import merge_into
+from arrowlake.table.writes import keyed as pk
 from tests.conftest import METASTORES, make_lake
 
 I64 = pa.int64()
@@ -299,7 +300,7 @@ def test_item13_a_failing_compaction_never_fails_a_landed_write(sqlite_lake, mon
     def broken(table, touched):
         raise OSError("disk full while compacting")
 
-    monkeypatch.setattr(pk, "compact_if_needed", broken)
+    monkeypatch.setattr(after_write, "compact_if_needed", broken)
     result = t.upsert({"id": [2]})
     assert result.snapshot_id == 2
     assert sorted(t.to_arrow()["id"].to_pylist()) == [1, 2]

@@ -225,7 +225,7 @@ def test_compaction_that_loses_a_race_is_dropped(mor_users, monkeypatch):
     mor_users.upsert(rows(range(20), "a"))
     mor_users.upsert(rows(range(10), "b"))
     expected = mor_users.to_arrow().sort_by("id")
-    from arrowlake.table import compaction
+    from arrowlake.table.maintenance import compaction
 
     original = compaction._write_compacted
     state = {"raced": False}
@@ -233,7 +233,7 @@ def test_compaction_that_loses_a_race_is_dropped(mor_users, monkeypatch):
     def racing(table, merged, runs, *rest):
         if not state["raced"]:
             state["raced"] = True
-            other = al.Table(table._lake, table._record)
+            other = al.Table(table.catalog, table.record)
             monkeypatch.setattr(compaction, "_write_compacted", original)
             assert other.compact(full=True).snapshot_id is not None
             monkeypatch.setattr(compaction, "_write_compacted", racing)
@@ -255,7 +255,7 @@ def test_compaction_failing_in_one_bucket_leaves_no_files(mor_users, monkeypatch
     mor_users.upsert(rows(range(0, 40, 2), "b"))
     expected = mor_users.to_arrow().sort_by("id")
     snapshot = mor_users.current_snapshot_id
-    from arrowlake.table import compaction
+    from arrowlake.table.maintenance import compaction
 
     original = compaction.merge_bucket
     calls = []

@@ -17,11 +17,11 @@ from arrowlake.cli.output import dumps, format_table
 from arrowlake.cli.progress import ProgressBar
 from arrowlake.lake import Lake
 from arrowlake.maintenance import Action
-from arrowlake.table import compaction, vector_compaction
-from arrowlake.table.compaction import CompactionResult
-from arrowlake.table.health import TableHealth
-from arrowlake.table.maintenance import expire_snapshots, remove_orphan_files
-from arrowlake.table.pk_options import require_primary_key
+from arrowlake.table.maintenance import compaction, vector_compaction
+from arrowlake.table.maintenance.compaction import CompactionResult
+from arrowlake.table.maintenance.health import TableHealth
+from arrowlake.table.maintenance.housekeeping import expire_snapshots, remove_orphan_files
+from arrowlake.table.options.primary_key import require_primary_key
 from arrowlake.table.table import Table
 from arrowlake.units import human_size
 
@@ -206,7 +206,7 @@ def _one_commit(table: Table, full: bool) -> bool:
 
 def cmd_compact(args: argparse.Namespace, lake: Lake, out: Output) -> int:
     table = lake.table(args.table)
-    require_primary_key(table, "compact")
+    require_primary_key(table.state, "compact")
     table._check_write()
     enabled = out.progress_enabled(args.progress)
     results: list[CompactionResult] = []
@@ -220,10 +220,10 @@ def cmd_compact(args: argparse.Namespace, lake: Lake, out: Output) -> int:
             for buckets, size in chunks:
                 if table._record.deletion_vectors:
                     results.append(vector_compaction.compact_vectors(
-                        table, full=args.full, touched=buckets))
+                        table.state, full=args.full, touched=buckets))
                 else:
                     pairs = _pairs(table, buckets)
-                    results.append(compaction.compact(table, full=args.full, only=pairs))
+                    results.append(compaction.compact(table.state, full=args.full, only=pairs))
                 bar.advance(size)
     done = [r for r in results if r.snapshot_id is not None]
     read = sum(r.removed_bytes for r in done)
@@ -278,7 +278,7 @@ def cmd_expire(args: argparse.Namespace, lake: Lake, out: Output) -> int:
     table = lake.table(args.table)
     bar, progress = _bar(out, args.progress, f"expire {table.name}", "files")
     with bar:
-        result = expire_snapshots(table, args.older_than, args.retain_last, progress=progress)
+        result = expire_snapshots(table.state, args.older_than, args.retain_last, progress=progress)
     value = {"table": table.name, "expired_snapshots": result.expired_snapshots,
              "deleted_files": result.deleted_files}
     n = len(result.expired_snapshots)
@@ -294,7 +294,7 @@ def cmd_orphans(args: argparse.Namespace, lake: Lake, out: Output) -> int:
     table = lake.table(args.table)
     bar, progress = _bar(out, args.progress, f"orphans {table.name}", "bytes")
     with bar:
-        result = remove_orphan_files(table, args.older_than, not args.delete,
+        result = remove_orphan_files(table.state, args.older_than, not args.delete,
                                      progress=progress)
     value = {"table": table.name, "files": result.files, "bytes": result.bytes,
              "dry_run": result.dry_run}

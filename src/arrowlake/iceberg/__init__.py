@@ -27,7 +27,6 @@ from arrowlake.iceberg.publisher import (
     published,
     view_status,
 )
-from arrowlake.table import health as _health
 from arrowlake.table import table as _table
 
 
@@ -36,7 +35,7 @@ def _metadata_location(table: _table.Table, snapshot: int | None) -> str:
 
 
 _table.register_iceberg_publisher(_metadata_location)
-_health.register_iceberg_status(view_status)
+_table.register_iceberg_status(view_status)
 
 __all__ = ["PUBLISH_PROPERTY", "NoIcebergView", "Publication", "publish",
            "publish_on_maintain", "published", "view_status"]

@@ -62,7 +62,7 @@ from arrowlake.metastore.iceberg import (
 )
 from arrowlake.metastore.inflight import new_file_name, registered_write
 from arrowlake.metastore.records import check_snapshot_id
-from arrowlake.table.health import IcebergStatus
+from arrowlake.table.maintenance.health import IcebergStatus
 
 if TYPE_CHECKING:
     from arrowlake.metastore.store import Metastore, TableRecord

@@ -15,9 +15,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from arrowlake.errors import SchemaMismatch, ValidationError
+from arrowlake.metastore.inflight import registered_write
 from arrowlake.pandas_arrow import pandas_to_arrow
 from arrowlake.schema import PANDAS_DTYPE_KEY, normalize_schema
-from arrowlake.table.writes import append_parts
+from arrowlake.table.writes.plain import append_parts
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -201,7 +202,8 @@ def from_pandas(lake: Any, name: str, df: pd.DataFrame, *, schema: Any = None,
             n = len(df)
             step = -(-n // splits_num)
             parts = [data.slice(i, step) for i in range(0, n, step)]
-            append_parts(table, parts)
+            with registered_write(table.state.metastore, table.state.table_id, "append"):
+                append_parts(table.state, parts)
     except BaseException as failure:
         try:
             lake.drop_table(name, purge=True)

@@ -1,6 +1,6 @@
 """File objects over object-store objects, for pyarrow.
 
-* :class:`UploadStream` — what :meth:`ObjectStorage.open_output` wraps in ``pa.PythonFile``:
+* :class:`UploadStream` — what :meth:`ObjectBackend.open_output` wraps in ``pa.PythonFile``:
   bytes stream into an obstore writer, which uploads parts of ``upload_part_bytes`` as a
   multipart upload while the rest of the file is still being written, and completes the upload
   on ``close()``. An upload that is never closed never becomes visible.
@@ -16,23 +16,42 @@ import bisect
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 
 from arrowlake.errors import StorageError
+from arrowlake.io.storage import FileInfo
 
-if TYPE_CHECKING:
-    from arrowlake.io.object_store import ObjectStorage
+
+class ObjectBackend(Protocol):
+    """What the file objects here use of their storage (:class:`~arrowlake.io.object_store.
+    ObjectStorage`, which builds them): its paths, sizes, ranges, listing and errors."""
+
+    def storage_error(self, action: str, path: str, exc: BaseException) -> StorageError: ...
+
+    def read_range(self, path: str, start: int, end: int) -> bytes: ...
+
+    def url(self, key: str) -> str: ...
+
+    def key(self, path: str) -> str: ...
+
+    def size(self, path: str) -> int: ...
+
+    def list_files(self, prefix: str) -> list[FileInfo]: ...
+
+    def open_output(self, path: str) -> pa.NativeFile: ...
+
+    def delete(self, paths: Iterable[str]) -> None: ...
 
 
 class UploadStream:
     """A write-only, Python-file-like upload of one object."""
 
-    def __init__(self, storage: ObjectStorage, path: str, writer: Any) -> None:
+    def __init__(self, storage: ObjectBackend, path: str, writer: Any) -> None:
         self._storage = storage
         self._path = path
         self._writer = writer
@@ -66,7 +85,7 @@ class UploadStream:
             n = self._writer.write(view)
         except Exception as exc:
             self._failed = True
-            raise self._storage._error("upload", self._path, exc) from exc
+            raise self._storage.storage_error("upload", self._path, exc) from exc
         self._position += n
         return n
 
@@ -84,7 +103,7 @@ class UploadStream:
         try:
             self._writer.close()
         except Exception as exc:
-            raise self._storage._error("upload", self._path, exc) from exc
+            raise self._storage.storage_error("upload", self._path, exc) from exc
         finally:
             self._writer = None
 
@@ -193,7 +212,7 @@ os.register_at_fork(after_in_child=_GATE.reset)
 class ObjectFile:
     """A seekable, read-only, Python-file-like view of one object of known size."""
 
-    def __init__(self, storage: ObjectStorage, path: str, size: int,
+    def __init__(self, storage: ObjectBackend, path: str, size: int,
                  prefetched: PrefetchedFile | None = None) -> None:
         self._storage = storage
         self._path = path
@@ -279,7 +298,7 @@ class ObjectFileSystemHandler(pafs.FileSystemHandler):
     opening a file costs no request.
     """
 
-    def __init__(self, storage: ObjectStorage, sizes: dict[str, int] | None = None,
+    def __init__(self, storage: ObjectBackend, sizes: dict[str, int] | None = None,
                  prefetched: dict[str, PrefetchedFile] | None = None) -> None:
         self.storage = storage
         self.sizes = sizes or {}

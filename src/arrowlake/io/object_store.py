@@ -201,7 +201,7 @@ class ObjectStorage(Storage):
     def url(self, key: str) -> str:
         return f"{self.root}/{key}"
 
-    def _error(self, action: str, path: str, exc: BaseException) -> StorageError:
+    def storage_error(self, action: str, path: str, exc: BaseException) -> StorageError:
         if isinstance(exc, StorageError):
             return exc
         if isinstance(exc, FileNotFoundError):
@@ -225,7 +225,7 @@ class ObjectStorage(Storage):
         try:
             return _obstore().get(self.store, self.key(path)).bytes().to_bytes()
         except Exception as exc:
-            raise self._error("read", path, exc) from exc
+            raise self.storage_error("read", path, exc) from exc
 
     def read_range(self, path: str, start: int, end: int) -> bytes:
         if end <= start:
@@ -233,7 +233,7 @@ class ObjectStorage(Storage):
         try:
             return _obstore().get_range(self.store, self.key(path), start=start, end=end)
         except Exception as exc:
-            raise self._error("read", path, exc) from exc
+            raise self.storage_error("read", path, exc) from exc
 
     def read_suffix(self, path: str, length: int) -> bytes:
         try:
@@ -241,7 +241,7 @@ class ObjectStorage(Storage):
                                     options={"range": {"suffix": length}})
             return result.bytes()
         except Exception as exc:
-            raise self._error("read", path, exc) from exc
+            raise self.storage_error("read", path, exc) from exc
 
     async def read_range_async(self, path: str, start: int, end: int) -> bytes:
         if end <= start:
@@ -250,7 +250,7 @@ class ObjectStorage(Storage):
             return await _obstore().get_range_async(
                 self.store, self.key(path), start=start, end=end)
         except Exception as exc:
-            raise self._error("read", path, exc) from exc
+            raise self.storage_error("read", path, exc) from exc
 
     async def read_suffix_async(self, path: str, length: int) -> bytes:
         try:
@@ -258,7 +258,7 @@ class ObjectStorage(Storage):
                                                 options={"range": {"suffix": length}})
             return await result.bytes_async()
         except Exception as exc:
-            raise self._error("read", path, exc) from exc
+            raise self.storage_error("read", path, exc) from exc
 
     def file_size(self, path: str) -> int | None:
         try:
@@ -266,13 +266,13 @@ class ObjectStorage(Storage):
         except FileNotFoundError:
             return None
         except Exception as exc:
-            raise self._error("inspect", path, exc) from exc
+            raise self.storage_error("inspect", path, exc) from exc
 
     def size(self, path: str) -> int:
         try:
             return int(_obstore().head(self.store, self.key(path))["size"])
         except Exception as exc:
-            raise self._error("inspect", path, exc) from exc
+            raise self.storage_error("inspect", path, exc) from exc
 
     # -- writing -------------------------------------------------------------------------------
 
@@ -281,14 +281,14 @@ class ObjectStorage(Storage):
             writer = _obstore().open_writer(self.store, self.key(path),
                                             buffer_size=self.upload_part_bytes)
         except Exception as exc:
-            raise self._error("create", path, exc) from exc
+            raise self.storage_error("create", path, exc) from exc
         return pa.PythonFile(UploadStream(self, path, writer), mode="w")
 
     def write_bytes(self, path: str, data: bytes) -> None:
         try:
             _obstore().put(self.store, self.key(path), data)
         except Exception as exc:
-            raise self._error("write", path, exc) from exc
+            raise self.storage_error("write", path, exc) from exc
 
     def delete(self, paths: Iterable[str]) -> None:
         keys = [self.key(p) for p in paths]
@@ -300,7 +300,7 @@ class ObjectStorage(Storage):
             except FileNotFoundError:
                 pass
             except Exception as exc:
-                raise self._error("delete", self.url(chunk[0]), exc) from exc
+                raise self.storage_error("delete", self.url(chunk[0]), exc) from exc
 
     def list_files(self, prefix: str) -> list[FileInfo]:
         key = self.key(prefix.rstrip("/") + "/") if prefix.rstrip("/") != self.root else ""
@@ -312,7 +312,7 @@ class ObjectStorage(Storage):
                     mtime = int(modified.timestamp() * 1000) if modified is not None else None
                     out.append(FileInfo(self.url(meta["path"]), int(meta["size"]), mtime))
         except Exception as exc:
-            raise self._error("list", prefix, exc) from exc
+            raise self.storage_error("list", prefix, exc) from exc
         return out
 
     def list_children(self, prefix: str) -> tuple[list[FileInfo], list[str]]:
@@ -320,7 +320,7 @@ class ObjectStorage(Storage):
         try:
             listed = _obstore().list_with_delimiter(self.store, key or None)
         except Exception as exc:
-            raise self._error("list", prefix, exc) from exc
+            raise self.storage_error("list", prefix, exc) from exc
         files = [FileInfo(self.url(meta["path"]), int(meta["size"]),
                           int(meta["last_modified"].timestamp() * 1000)
                           if meta.get("last_modified") is not None else None)

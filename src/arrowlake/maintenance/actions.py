@@ -17,10 +17,10 @@ from typing import Any
 from arrowlake.metastore.inflight import registered_write
 from arrowlake.metastore.streams import LeaseHolder
 from arrowlake.streaming import leases
-from arrowlake.table import compaction, vector_compaction
-from arrowlake.table.compaction import CompactionResult, DueBucket
-from arrowlake.table.maintenance import expire_snapshots, remove_orphan_files
-from arrowlake.table.maintenance_policy import maintenance_policy
+from arrowlake.table.maintenance import compaction, vector_compaction
+from arrowlake.table.maintenance.compaction import CompactionResult, DueBucket
+from arrowlake.table.maintenance.housekeeping import expire_snapshots, remove_orphan_files
+from arrowlake.table.options.maintenance import maintenance_policy
 from arrowlake.table.table import Table
 from arrowlake.units import human_size
 
@@ -154,7 +154,7 @@ def _chunks(due: list[DueBucket], limit: int) -> Iterator[list[DueBucket]]:
 
 
 #: A deletion-vector compaction whose inputs a write changed meanwhile is dropped (see
-#: :mod:`arrowlake.table.vector_compaction`); it is tried again at once this many times.
+#: :mod:`arrowlake.table.maintenance.vector_compaction`); it is tried again at once this many times.
 VECTOR_RETRIES = 3
 
 
@@ -169,8 +169,8 @@ def compact_due(table: Table, holds: BucketLeases, budget: ByteBudget,
     rewritten makes the rewrite void, so the shorter each one, the likelier it lands beside
     a busy writer; a voided one is retried at once (:data:`VECTOR_RETRIES` times)."""
     vectors = table._record.deletion_vectors
-    due = vector_compaction.due_vector_buckets(table) if vectors else \
-        compaction.due_buckets(table)
+    due = vector_compaction.due_vector_buckets(table.state) if vectors else \
+        compaction.due_buckets(table.state)
     for chunk in _chunks(due, 1 if vectors else budget.chunk):
         if not budget.wait(stop):
             return
@@ -192,10 +192,10 @@ def _compact_chunk(table: Table, chunk: list[DueBucket], taken: list[int], vecto
     for _ in range(VECTOR_RETRIES + 1 if vectors else 1):
         started = time.monotonic()
         if vectors:
-            result = vector_compaction.compact_vectors(table, touched=taken,
+            result = vector_compaction.compact_vectors(table.state, touched=taken,
                                                        background=True)
         else:
-            result = compaction.compact(table, only=[
+            result = compaction.compact(table.state, only=[
                 (d.partition_id, d.bucket) for d in chunk if (d.bucket or 0) in taken])
         budget.charge(result.removed_bytes + result.added_bytes)
         if result.snapshot_id is not None or result.dropped:
@@ -221,7 +221,7 @@ def expire_by_policy(table: Table) -> Action | None:
         return None
     started = time.monotonic()
     result = expire_snapshots(
-        table, None if policy.max_age is None else timedelta(seconds=policy.max_age),
+        table.state, None if policy.max_age is None else timedelta(seconds=policy.max_age),
         policy.retain_last or 1)
     if not result.expired_snapshots:
         return None
@@ -236,7 +236,7 @@ def remove_orphans_by_policy(table: Table) -> Action | None:
     ``orphan.min-age`` (default 1 d: a write in progress has files it has not committed)."""
     policy = maintenance_policy(table._record.properties)
     started = time.monotonic()
-    result = remove_orphan_files(table, timedelta(seconds=policy.orphan_min_age),
+    result = remove_orphan_files(table.state, timedelta(seconds=policy.orphan_min_age),
                                  dry_run=False)
     if not result.files:
         return None

@@ -44,7 +44,7 @@ from arrowlake.maintenance.actions import (
 )
 from arrowlake.maintenance.iceberg import publish_by_policy
 from arrowlake.metastore import signals
-from arrowlake.table.maintenance_policy import maintenance_policy
+from arrowlake.table.options.maintenance import maintenance_policy
 from arrowlake.table.table import Catalog, Table
 
 #: The longest the service waits without reading the tables' heads: signals only shorten

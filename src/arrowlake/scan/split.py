@@ -16,8 +16,12 @@ import pyarrow as pa
 from arrowlake.expressions import AlwaysTrue, Expr
 from arrowlake.io.deletion_vectors import VectorRef
 from arrowlake.io.storage import Storage
+from arrowlake.lazy import lazy_module
 from arrowlake.merge.read import MergeSpec
-from arrowlake.scan.read import read_split, read_split_table
+
+# The reader is bound on first use: it takes splits (and imports this module for their types),
+# while a split only offers reading itself as a convenience.
+_reader = lazy_module("arrowlake.scan.read")
 
 
 @dataclass(frozen=True)
@@ -78,10 +82,10 @@ class Split:
         return pa.schema([self.schema.field(c) for c in self.columns])
 
     def to_batches(self) -> Iterator[pa.RecordBatch]:
-        return read_split(self)
+        return _reader.read_split(self)
 
     def to_arrow(self) -> pa.Table:
-        return read_split_table(self)
+        return _reader.read_split_table(self)
 
     def __arrow_c_stream__(self, requested_schema: Any = None) -> Any:
         reader = pa.RecordBatchReader.from_batches(self.output_schema(), self.to_batches())

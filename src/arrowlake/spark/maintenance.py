@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from datetime import timedelta
 from functools import partial
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyspark.sql import SparkSession
@@ -41,19 +41,15 @@ from arrowlake.scan.planning import make_splits
 from arrowlake.scan.read import read_split_table
 from arrowlake.scan.split import Split
 from arrowlake.spark.source import LakeOptions, open_lake
-from arrowlake.table import (
-    changelog,
-    compaction,
-    maintenance,
-    pk_options,
-    vector_changelog,
-    vector_compaction,
-)
-from arrowlake.table.compaction import CompactionResult
-from arrowlake.table.maintenance import OrphanResult
-from arrowlake.table.sorted_runs import start_group_writers
+from arrowlake.table.changelogs import vectors as vector_changelog
+from arrowlake.table.keys.runs import start_group_writers
+from arrowlake.table.maintenance import compaction, vector_compaction
+from arrowlake.table.maintenance import housekeeping as maintenance
+from arrowlake.table.maintenance.compaction import CompactionResult
+from arrowlake.table.maintenance.housekeeping import OrphanResult
+from arrowlake.table.options import primary_key as pk_options
+from arrowlake.table.options.primary_key import changelog_producer
 from arrowlake.table.staged import WriteTarget, write_target
-from arrowlake.table.writes import _discard
 
 if TYPE_CHECKING:
     from arrowlake.table.table import Table
@@ -117,12 +113,12 @@ def compact(spark: SparkSession, lake: Lake | str, table: str, full: bool = Fals
     deletion vectors, rewritten) by a task, all committed at once by the driver."""
     t = _open(lake, table, warehouse, storage_options)
     t._check_write()
-    pk_options.require_primary_key(t, "compact()")
+    pk_options.require_primary_key(t.state, "compact()")
     if t._record.deletion_vectors:
         return _compact_vectors(spark, t, full)
-    target = write_target(t, "spark-compact")
+    target = write_target(t.state, "spark-compact")
     with target.writing():  # a full-compaction changelog is written while planning
-        planned = compaction.plan_compaction(t, full)
+        planned = compaction.plan_compaction(t.state, full)
     if planned is None:
         return CompactionResult(None)
     plan, picks, log = planned
@@ -142,9 +138,9 @@ def compact(spark: SparkSession, lake: Lake | str, table: str, full: bool = Fals
     try:
         added = [f for files in run_tasks(spark, _merge_bucket, payloads) for f in files]
         with target.writing():  # the commit checks the registration the tasks wrote under
-            return compaction.commit_merged(t, plan.base, inputs, added, log)
+            return compaction.commit_merged(t.state, plan.base, inputs, added, log)
     except BaseException:
-        _discard(t, [*added, *log[0]])
+        t.state.discard([*added, *log[0]])
         raise
 
 
@@ -152,32 +148,32 @@ def _merge_bucket(payload: tuple[WriteTarget, Split, bool, dict[int, tuple[str, 
                   ) -> list[NewFile]:
     """A task: one bucket's picked runs merged and written as one run."""
     target, split, keep, partitions = payload
-    table = cast("Table", target)  # merging and writing read only what a WriteTarget holds
     files = list(split.files)
     with target.writing():  # the files belong to the driver's registered write
-        merged = compaction.merge_pick(table, split, keep_retractions=keep)
+        merged = compaction.merge_pick(target, split, keep_retractions=keep)
         written, _ = write_started(lambda writers: writers.append(compaction._write_compacted(
-            table, merged, files, partitions, dictionary_columns(merged))))
+            target, merged, files, partitions, dictionary_columns(merged))))
     return written
 
 
 def _compact_vectors(spark: SparkSession, t: Table, full: bool) -> CompactionResult:
     """A deletion-vector table's compaction: the picks of
-    :func:`~arrowlake.table.vector_compaction.compact_vectors` rewritten by tasks. A full one
-    of a ``full-compaction`` table commits its changelog too (computed by the driver once the
-    tasks are done), and is dropped if any commit lands while the job runs."""
+    :func:`~arrowlake.table.maintenance.vector_compaction.compact_vectors` rewritten by
+    tasks. A full one of a ``full-compaction`` table commits its changelog too (computed by
+    the driver once the tasks are done), and is dropped if any commit lands while the job
+    runs."""
     t.refresh()
     base = t.current_snapshot_id
     if base is None:
         return CompactionResult(None)
     props = t._record.properties
-    groups, view = vector_compaction._groups(t, base, None)
+    groups, view = vector_compaction._groups(t.state, base, None)
     picks = [p for p in (vector_compaction._pick(g, props, full) for g in groups) if p]
-    logged = full and changelog.changelog_producer(t) == "full-compaction"
+    logged = full and changelog_producer(t.state) == "full-compaction"
     if not picks and not logged:
         return CompactionResult(None)
     picks.sort(key=lambda p: (-len(p), vector_compaction._Pick(p).live_bytes))
-    target = write_target(t, "spark-compact")
+    target = write_target(t.state, "spark-compact")
     added: list[NewFile] = []
     log: list[NewFile] = []
     try:
@@ -190,7 +186,7 @@ def _compact_vectors(spark: SparkSession, t: Table, full: bool) -> CompactionRes
         summary: dict[str, Any] = {"buckets": len(picks)}
         if logged:
             with target.writing():
-                log, noted = vector_changelog.full_compaction_changelog(t, base)
+                log, noted = vector_changelog.full_compaction_changelog(t.state, base)
             summary.update(noted)
             if not picks and not log:
                 return CompactionResult(None)  # nothing changed since the last one
@@ -205,10 +201,10 @@ def _compact_vectors(spark: SparkSession, t: Table, full: bool) -> CompactionRes
             with target.writing():  # the commit checks the registration the tasks wrote under
                 result = t._metastore.commit(t._record.table_id, base, change)
         except CommitConflict:
-            _discard(t, [*added, *log])
+            t.state.discard([*added, *log])
             return CompactionResult(None, dropped=True)
     except BaseException:
-        _discard(t, [*added, *log])
+        t.state.discard([*added, *log])
         raise
     return CompactionResult(result.snapshot_id, len(picks), len(removed), len(added),
                             removed_bytes=sum(f.file_size for f in removed),
@@ -219,12 +215,12 @@ def _rewrite_bucket(payload: tuple[WriteTarget, Split]) -> list[NewFile]:
     """A task: the live rows of one bucket's picked files (those ``split`` reads), written as
     one file that keeps their sequence range."""
     target, split = payload
-    table = cast("Table", target)
     files = list(split.files)
-    rows = sort_by_key(read_split_table(split), list(target._record.primary_key))
-    group = (vector_compaction._partition_scalars(table, files[0]), files[0].bucket or 0, rows)
+    rows = sort_by_key(read_split_table(split), list(target.record.primary_key))
+    group = (vector_compaction._partition_scalars(target, files[0]), files[0].bucket or 0,
+             rows)
     with target.writing():  # the files belong to the driver's registered write
-        written, _ = write_started(partial(start_group_writers, table, [group], target.schema))
+        written, _ = write_started(partial(start_group_writers, target, [group], target.schema))
     low = min(f.seq_min or 0 for f in files)
     high = max(f.seq_max or 0 for f in files)
     return [replace(f, seq_min=low, seq_max=high) for f in written]
@@ -245,14 +241,14 @@ def remove_orphan_files(spark: SparkSession, lake: Lake | str, table: str,
     storage = t._storage
     location = t._record.location
     cores = _cores(spark)
-    # List before reading references (see arrowlake.table.maintenance.orphans_of).
+    # List before reading references (see arrowlake.table.maintenance.housekeeping.orphans_of).
     files, subtrees = _subtrees(storage, location, SUBTREES_PER_CORE * cores)
     groups = [subtrees[i::SUBTREES_PER_CORE * cores]
               for i in range(min(len(subtrees), SUBTREES_PER_CORE * cores))]
     for listed in run_tasks(spark, _list, [(storage, g) for g in groups]):
         files.extend(listed)
     own = maintenance.keep_own(files, location, t._metastore, t._record.table_id)
-    orphans = maintenance.orphans_of(t, own, older_than)
+    orphans = maintenance.orphans_of(t.state, own, older_than)
     paths = sorted(f.path for f in orphans)
     if not dry_run and paths:
         batches = max(min(cores, len(paths)), -(-len(paths) // DELETE_BATCH))

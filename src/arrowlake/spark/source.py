@@ -414,11 +414,11 @@ class ArrowlakeWriter(DataSourceArrowWriter):
         self.row_kind = str(options.get("rowkind") or "op")
         self.commit_id = options.get("commitid") or None
         table = open_table(options)
-        staging.check_mode(table, self.mode, self.replace_where)
+        staging.check_mode(table.state, self.mode, self.replace_where)
         # Detached: PySpark makes this writer in one Python process on the driver and commits
         # in another, so no process holds the registration; its lease alone keeps it.
         self.target: WriteTarget = staging.write_target(
-            table, "spark", detached_lease=write_lease(options))
+            table.state, "spark", detached_lease=write_lease(options))
 
     @user_facing
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedMessage:
@@ -442,7 +442,7 @@ class ArrowlakeWriter(DataSourceArrowWriter):
         staged = [m.staged for m in messages if isinstance(m, StagedMessage)]
         table = open_table(self.options)
         try:
-            staging.commit_staged(table, staged, self.mode, replace_where=self.replace_where,
+            staging.commit_staged(table.state, staged, self.mode, replace_where=self.replace_where,
                                   commit_id=self.commit_id)
         finally:
             self.target.finish(table._metastore)

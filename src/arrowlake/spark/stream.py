@@ -413,11 +413,11 @@ class ArrowlakeStreamWriter(DataSourceStreamArrowWriter):
         self.options, self.flow = pipeline_options(options, schema)
         table = open_table(self.options)
         self.mode, self.row_kind = stream_write_mode(self.options, overwrite, table, schema)
-        staging.check_mode(table, self.mode, None)
+        staging.check_mode(table.state, self.mode, None)
         # Detached (see ArrowlakeDataSourceWriter): kept by its lease, which every micro-batch's
         # commit extends; a query idle for longer than the lease fails its next commit.
         self.target: WriteTarget = staging.write_target(
-            table, "spark-stream", detached_lease=write_lease(self.options))
+            table.state, "spark-stream", detached_lease=write_lease(self.options))
 
     @user_facing
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StreamMessage:
@@ -452,7 +452,7 @@ class ArrowlakeStreamWriter(DataSourceStreamArrowWriter):
         mode = self.mode
         if batchId == 0 and self.flow is not None and self.flow.is_default_flow:
             mode = "overwrite"  # a pipeline dataset's first batch: a new table, or a full refresh
-        staging.commit_staged(open_table(self.options), staged, mode,
+        staging.commit_staged(open_table(self.options).state, staged, mode,
                               commit_id=self._commit_id(messages, batchId))
 
     @user_facing

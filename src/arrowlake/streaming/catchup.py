@@ -26,7 +26,7 @@ from arrowlake.expressions import AlwaysTrue, Expr, evaluate
 from arrowlake.merge import ROW_KIND, RowKind
 from arrowlake.scan.split import Split
 from arrowlake.streaming.splits import KIND_NAMES, ROW_KIND_FIELD, no_columns
-from arrowlake.table.changelog_files import diff
+from arrowlake.table.changelogs.files import diff
 
 
 @dataclass(frozen=True)

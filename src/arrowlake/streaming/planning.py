@@ -47,13 +47,13 @@ from arrowlake.streaming.catchup import NetChangeSplit
 from arrowlake.streaming.change import AnySplit, Change
 from arrowlake.streaming.splits import ChangeSplit, ReferencedChangeSplit
 from arrowlake.streaming.vector_changes import VectorChangeSplit
-from arrowlake.table.changelog_files import (
+from arrowlake.table.changelogs.files import (
     AFTER_COLUMN,
     REFERENCING_SUMMARY,
     UNCHANGED,
     log_schema,
 )
-from arrowlake.table.net_change import in_units, unit_ids
+from arrowlake.table.changelogs.net_change import in_units, unit_ids
 from arrowlake.table.table import Table
 
 #: Splits of a change hold up to this many bytes of files.

@@ -83,8 +83,9 @@ class ChangeSplit:
 @dataclass(frozen=True)
 class ReferencedChangeSplit:
     """The lookup changelog in format 2 of one partition and bucket of a snapshot (see
-    ``arrowlake.table.changelog_files.AFTER_COLUMN``): its changelog files, if any, and the runs the
-    snapshot added there, whose rows the changelog refers to by position instead of copying.
+    ``arrowlake.table.changelogs.files.AFTER_COLUMN``): its changelog files, if any, and the
+    runs the snapshot added there, whose rows the changelog refers to by position instead of
+    copying.
 
     Rows come out as the changelog lists them, each ``-U`` directly followed by its ``+U``
     (the run row it refers to), markers of unchanged rows dropped, then every other addition of

@@ -61,8 +61,8 @@ from arrowlake.streaming import leases
 from arrowlake.streaming.change import AnySplit, Change
 from arrowlake.streaming.planning import ChangePlanner, Snapshot
 from arrowlake.streaming.splits import ROW_KIND_FIELD
-from arrowlake.table.changelog import last_full_compaction
-from arrowlake.table.net_change import NO_CHANGE_KINDS, changed_files
+from arrowlake.table.changelogs.net_change import NO_CHANGE_KINDS, changed_files
+from arrowlake.table.changelogs.producers import last_full_compaction
 from arrowlake.table.table import Table, register_stream_factory
 
 #: Snapshots fetched per poll query.
@@ -469,7 +469,7 @@ class Stream:
         scan reads the last one's (none before the first, whose change then brings every
         row), so the writes after it arrive once, with the next one's change."""
         if self._full_compaction_table():
-            reference = last_full_compaction(self._table)
+            reference = last_full_compaction(self._table.state)
             if reference is None:
                 return snapshot_id
             snapshot_id = reference
@@ -541,10 +541,10 @@ class Stream:
         if self._full_compaction_table():
             # From the state the stream holds (the last full compaction it passed) to the
             # last full compaction: later writes arrive with the next one's change.
-            end = last_full_compaction(self._table)
+            end = last_full_compaction(self._table.state)
             if end is None or end <= start:
                 return None
-            start = last_full_compaction(self._table, at_or_before=start) or 0
+            start = last_full_compaction(self._table.state, at_or_before=start) or 0
         if end is None or end <= start:
             return None
         if start > 0:
@@ -559,7 +559,7 @@ class Stream:
         # The files whose partitions and buckets hold every row that may have changed (a
         # delete from a deletion-vector table adds no file, it extends vectors).
         changed = self._planner.prune(self._planner.keep(
-            changed_files(self._table, start, end, snaps)))
+            changed_files(self._table.state, start, end, snaps)))
         if self._merge is not None or self._record.deletion_vectors:
             splits: list[AnySplit] = self._planner.net_change_splits(start, end, changed)
         else:

@@ -31,7 +31,7 @@ from arrowlake.merge import RowKind
 from arrowlake.merge.equality import same_rows
 from arrowlake.scan.split import FileTask, Split
 from arrowlake.streaming.splits import KIND_NAMES, ROW_KIND_FIELD, no_columns
-from arrowlake.table.key_lookup import match_keys, rows_at
+from arrowlake.table.keys.lookup import match_keys, rows_at
 
 
 @dataclass(frozen=True)

@@ -18,41 +18,41 @@ from arrowlake.schema import (
     validate_column_name,
     without_views,
 )
-from arrowlake.table.pk_options import RESERVED_NAMES, check_pk_schema, engine_columns
+from arrowlake.table.options.primary_key import RESERVED_NAMES, check_pk_schema, engine_columns
 
 if TYPE_CHECKING:
-    from arrowlake.table.table import Table
+    from arrowlake.table.state import TableState
 
 
-def _commit_schema(table: Table, schema: pa.Schema, last_field_id: int) -> None:
+def _commit_schema(table: TableState, schema: pa.Schema, last_field_id: int) -> None:
     """Make ``schema`` current; on a primary-key table, after checking the merge engine still
     works on it, and with its merge options following renamed columns (by field id), in the
     same transaction."""
-    rec = table._record
+    rec = table.record
     props = check_pk_schema(table, schema) if rec.primary_key else None
-    table._metastore.add_schema(rec.table_id, schema, expected_schema_id=rec.current_schema_id,
+    table.metastore.add_schema(rec.table_id, schema, expected_schema_id=rec.current_schema_id,
                                 last_field_id=last_field_id,
                                 properties=None if props == rec.properties else props,
                                 expected_properties=rec.properties)
     table.refresh()
 
 
-def _protected(table: Table, name: str, action: str) -> None:
-    rec = table._record
+def _protected(table: TableState, name: str, action: str) -> None:
+    rec = table.record
     if name in rec.partition_by:
         raise SchemaMismatch(f"Cannot {action} column '{name}': the table is partitioned by it")
     if name in rec.primary_key:
         raise SchemaMismatch(f"Cannot {action} column '{name}': it is part of the primary key")
 
 
-def _not_reserved(table: Table, name: str) -> None:
-    if table._record.primary_key and name in RESERVED_NAMES:
+def _not_reserved(table: TableState, name: str) -> None:
+    if table.record.primary_key and name in RESERVED_NAMES:
         raise SchemaMismatch(
             f"Column name '{name}' is reserved in primary-key tables (used internally for row "
             "kinds and version order); choose another name")
 
 
-def add_column(table: Table, name: str, type: pa.DataType, *, nullable: bool = True) -> None:
+def add_column(table: TableState, name: str, type: pa.DataType, *, nullable: bool = True) -> None:
     table.refresh()
     validate_column_name(name)
     _not_reserved(table, name)
@@ -63,11 +63,11 @@ def add_column(table: Table, name: str, type: pa.DataType, *, nullable: bool = T
         raise SchemaMismatch(
             f"Column '{name}' must be nullable: rows written before it was added have no value")
     field, next_id = assign_field_ids(pa.schema([pa.field(name, without_views(type), True)]),
-                                      table._record.last_field_id + 1)
+                                      table.record.last_field_id + 1)
     _commit_schema(table, schema.append(field.field(0)), next_id - 1)
 
 
-def rename_column(table: Table, old: str, new: str) -> None:
+def rename_column(table: TableState, old: str, new: str) -> None:
     table.refresh()
     _protected(table, old, "rename")
     validate_column_name(new)
@@ -77,10 +77,10 @@ def rename_column(table: Table, old: str, new: str) -> None:
     if new in schema.names:
         raise SchemaMismatch(f"Cannot rename '{old}' to '{new}': '{new}' exists already")
     idx = schema.get_field_index(old)
-    _commit_schema(table, schema.set(idx, field.with_name(new)), table._record.last_field_id)
+    _commit_schema(table, schema.set(idx, field.with_name(new)), table.record.last_field_id)
 
 
-def drop_column(table: Table, name: str) -> None:
+def drop_column(table: TableState, name: str) -> None:
     table.refresh()
     _protected(table, name, "drop")
     schema = table.schema
@@ -93,10 +93,10 @@ def drop_column(table: Table, name: str) -> None:
     if len(schema) == 1:
         raise SchemaMismatch(f"Cannot drop '{name}': it is the table's only column")
     _commit_schema(table, schema.remove(schema.get_field_index(name)),
-                   table._record.last_field_id)
+                   table.record.last_field_id)
 
 
-def alter_column(table: Table, name: str, type: pa.DataType) -> None:
+def alter_column(table: TableState, name: str, type: pa.DataType) -> None:
     """Widen a column's type (int32→int64, float32→float64, decimal precision up, ...)."""
     type = without_views(type)
     table.refresh()
@@ -107,7 +107,7 @@ def alter_column(table: Table, name: str, type: pa.DataType) -> None:
             f"Cannot change column '{name}' from {field.type} to {type}: only widening changes "
             "are allowed (int8→int16→int32→int64, float32→float64, int→float64 for up to 32-bit "
             "ints, larger decimal precision at the same scale)")
-    if name in table._record.primary_key:
+    if name in table.record.primary_key:
         raise ValidationError(f"Cannot change the type of primary-key column '{name}'")
     idx = schema.get_field_index(name)
-    _commit_schema(table, schema.set(idx, field.with_type(type)), table._record.last_field_id)
+    _commit_schema(table, schema.set(idx, field.with_type(type)), table.record.last_field_id)

@@ -31,8 +31,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, cast
+from dataclasses import dataclass, replace
+from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -45,20 +45,18 @@ from arrowlake.merge.runs import KIND_COLUMN, key_bounds_compare, key_range
 from arrowlake.merge.versions import is_retraction
 from arrowlake.metastore.inflight import WriteRegistration, writing_under
 from arrowlake.metastore.store import Metastore, NewFile, TableRecord
-from arrowlake.table import changelog, sorted_runs
-from arrowlake.table import primary_key as pk
-from arrowlake.table.merge_on_write import write_tombstones
-from arrowlake.table.pk_options import sequence_field
-from arrowlake.table.writes import (
+from arrowlake.table.keys import runs as sorted_runs
+from arrowlake.table.maintenance.after_write import compact_after_write
+from arrowlake.table.options.primary_key import sequence_field
+from arrowlake.table.state import TableState
+from arrowlake.table.writes import keyed as pk
+from arrowlake.table.writes.on_write import write_tombstones
+from arrowlake.table.writes.plain import (
     WriteResult,
     commit_files,
     conformed,
-    file_target,
     rewrite,
 )
-
-if TYPE_CHECKING:
-    from arrowlake.table.table import Table
 
 #: ``append`` adds rows (an upsert on a primary-key table); ``upsert`` and ``changes`` need a
 #: primary key; ``overwrite`` replaces the table, or the rows ``replace_where`` selects.
@@ -66,24 +64,18 @@ WriteMode = Literal["append", "upsert", "changes", "overwrite"]
 WRITE_MODES = ("append", "upsert", "changes", "overwrite")
 
 
-@dataclass(frozen=True)
-class WriteTarget:
-    """A table as a writer needs it, detached from the metastore (picklable).
-
-    It offers the attributes the library's file writers read from a table (``_record``,
-    ``_storage``, ``schema``), so :func:`stage` calls those writers unchanged. ``write_id``
-    is the write's registration; only the process that made the target holds it.
+class WriteTarget(TableState):
+    """A table as a writer needs it, detached from the metastore (picklable): its record,
+    storage and schema, so :func:`stage` and the library's file writers take it as the table.
+    ``write_id`` is the write's registration; only the process that made the target holds it.
     """
 
-    _record: TableRecord
-    _storage: Storage
-    schema: pa.Schema
-    write_id: str | None = None
-    _registration: WriteRegistration | None = field(default=None, compare=False, repr=False)
-
-    @property
-    def name(self) -> str:
-        return self._record.full_name
+    def __init__(self, record: TableRecord, storage: Storage, schema: pa.Schema,
+                 write_id: str | None = None,
+                 registration: WriteRegistration | None = None) -> None:
+        super().__init__(None, record, storage=storage, schema=schema)
+        self.write_id = write_id
+        self._registration = registration
 
     def writing(self) -> AbstractContextManager[None]:
         """Inside, files written (by a task, in any process) belong to this write."""
@@ -97,28 +89,28 @@ class WriteTarget:
         elif metastore is not None and self.write_id is not None:
             metastore.end_write(self.write_id)
 
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state["_registration"] = None  # the registration stays with the process holding it
-        return state
+    def __getstate__(self) -> dict[str, object]:
+        # The registration stays with the process holding it.
+        return {**super().__getstate__(), "write_id": self.write_id}
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        for name, value in state.items():
-            object.__setattr__(self, name, value)
+    def __setstate__(self, state: dict[str, object]) -> None:
+        super().__setstate__(state)
+        self.write_id = state["write_id"]  # type: ignore[assignment]
+        self._registration = None
 
 
-def write_target(table: Table, kind: str = "staged", *,
+def write_target(table: TableState, kind: str = "staged", *,
                  detached_lease: float | None = None) -> WriteTarget:
     """The table's current definition, to hand to workers, and the write's registration
     (``kind`` names the writer: spark, dask, flight, ...). With ``detached_lease`` (seconds)
     the registration is held by no process and lasts that long after it was made or last
     committed under (see :class:`~arrowlake.metastore.inflight.WriteRegistration`): for
     writers whose commit runs in another process than the one that made the target."""
-    table._check_write()
+    table.check_write()
     table.refresh()
-    registration = WriteRegistration(table._metastore, table._record.table_id, kind,
+    registration = WriteRegistration(table.metastore, table.record.table_id, kind,
                                      detached_lease=detached_lease)
-    return WriteTarget(table._record, table._storage, table.schema, registration.write_id,
+    return WriteTarget(table.record, table.storage, table.schema, registration.write_id,
                        registration)
 
 
@@ -132,9 +124,9 @@ class StagedWrite:
     write_id: str | None = None  # the registration the files were written under
 
 
-def check_mode(target: WriteTarget | Table, mode: str, replace_where: Expr | None) -> None:
+def check_mode(target: TableState, mode: str, replace_where: Expr | None) -> None:
     """Refuse a mode or filter the table cannot take, before anything is written."""
-    rec = target._record
+    rec = target.record
     if mode not in WRITE_MODES:
         raise ValidationError(f"Unknown write mode {mode!r}; use one of {', '.join(WRITE_MODES)}")
     if mode in ("upsert", "changes") and not rec.primary_key:
@@ -178,19 +170,19 @@ def stage(target: WriteTarget, data: Any, mode: WriteMode = "append", *,
 
 def _stage(target: WriteTarget, data: Any, mode: WriteMode, replace_where: Expr | None,
            row_kind: str) -> tuple[list[NewFile], int]:
-    rec = target._record
-    table = cast("Table", target)  # the writers read only what a WriteTarget holds
+    rec = target.record
+    table = target
     check = None if replace_where is None or isinstance(replace_where, AlwaysTrue) \
         else replace_where
     if not rec.primary_key:
-        files = write_batches(file_target(table),
-                              conformed(table, data, target.schema, check=check),
+        files = write_batches(table.file_target(),
+                              conformed(data, target.schema, check=check),
                               rec.partition_by)
         return files, sum(f.row_count for f in files)
     if mode == "changes":
         rows = pk.change_rows(table, data, row_kind)
     else:
-        batches = list(conformed(table, data, target.schema, check=check))
+        batches = list(conformed(data, target.schema, check=check))
         plain = pa.Table.from_batches(batches, schema=target.schema) if batches \
             else target.schema.empty_table()
         rows = pk.with_kinds(plain, pk.RowKind.INSERT)
@@ -199,14 +191,14 @@ def _stage(target: WriteTarget, data: Any, mode: WriteMode, replace_where: Expr 
     return files, rows.num_rows
 
 
-def discard_staged(target: WriteTarget | Table, staged: Sequence[StagedWrite | None]) -> None:
+def discard_staged(target: TableState, staged: Sequence[StagedWrite | None]) -> None:
     """Delete the files of stages that will not be committed (an aborted job)."""
-    storage, location = target._storage, target._record.location
+    storage, location = target.storage, target.record.location
     storage.delete([storage.join(location, f.path) for s in staged if s is not None
                     for f in s.files])
 
 
-def commit_staged(table: Table, staged: Sequence[StagedWrite], mode: WriteMode = "append", *,
+def commit_staged(table: TableState, staged: Sequence[StagedWrite], mode: WriteMode = "append", *,
                   replace_where: Expr | None = None, commit_id: str | None = None
                   ) -> WriteResult:
     """Commit every stage's files as one snapshot; on failure delete them all.
@@ -226,13 +218,13 @@ def commit_staged(table: Table, staged: Sequence[StagedWrite], mode: WriteMode =
         return _commit_staged(table, ordered, mode, replace_where, commit_id)
 
 
-def _commit_staged(table: Table, ordered: Sequence[StagedWrite], mode: WriteMode,
+def _commit_staged(table: TableState, ordered: Sequence[StagedWrite], mode: WriteMode,
                    replace_where: Expr | None, commit_id: str | None) -> WriteResult:
     try:
         table.refresh()
         check_mode(table, mode, replace_where)
         expr: Expr = replace_where if replace_where is not None else AlwaysTrue()
-        rec = table._record
+        rec = table.record
         if not rec.primary_key:
             files = [f for s in ordered for f in s.files]
             if mode == "overwrite":
@@ -242,7 +234,7 @@ def _commit_staged(table: Table, ordered: Sequence[StagedWrite], mode: WriteMode
             return commit_files(table, "append", table.current_snapshot_id, files,
                                 commit_id=commit_id)
         if rec.deletion_vectors and mode != "overwrite":
-            return _commit_on_write(table, ordered, mode, commit_id)
+            return compact_after_write(table, _commit_on_write(table, ordered, mode, commit_id))
         files = _settle_repeated_keys(table, ordered)
         graves: list[NewFile] = []
         if rec.deletion_vectors:  # an overwrite (other modes returned above)
@@ -256,16 +248,16 @@ def _commit_staged(table: Table, ordered: Sequence[StagedWrite], mode: WriteMode
             return WriteResult(None, kind)
         # A lookup changelog reads the written runs itself; only 'input' (refused above) needs
         # the rows as given.
-        result = changelog.commit_runs(table, kind, table.current_snapshot_id, files,
+        result = pk.commit_runs(table, kind, table.current_snapshot_id, files,
                                        pa.table({}),
                                        commit_id=commit_id)
     except BaseException:
         discard_staged(table, ordered)
         raise
-    return pk.compact_after_commit(table, result, files)
+    return compact_after_write(table, replace(result, written=tuple(files)))
 
 
-def _commit_on_write(table: Table, staged: Sequence[StagedWrite], mode: WriteMode,
+def _commit_on_write(table: TableState, staged: Sequence[StagedWrite], mode: WriteMode,
                      commit_id: str | None) -> WriteResult:
     """Commit stages into a merge-on-write table: their rows, read back in stage order (later
     stages win a repeated key), go through the table's lookup and vectors like any write;
@@ -283,14 +275,14 @@ def _commit_on_write(table: Table, staged: Sequence[StagedWrite], mode: WriteMod
         discard_staged(table, staged)
 
 
-def _settle_repeated_keys(table: Table, staged: Sequence[StagedWrite]) -> list[NewFile]:
+def _settle_repeated_keys(table: TableState, staged: Sequence[StagedWrite]) -> list[NewFile]:
     """The stages' runs, with the runs of every bucket where one key was written by several
     stages merged into one run (stages in order); see the module docstring."""
     by_bucket: dict[tuple[str | None, int | None], list[tuple[int, NewFile]]] = {}
     for n, s in enumerate(staged):
         for f in s.files:
             by_bucket.setdefault((f.partition_path, f.bucket), []).append((n, f))
-    key = list(table._record.primary_key)
+    key = list(table.record.primary_key)
     out: list[NewFile] = []
     replaced: list[NewFile] = []
     for runs in by_bucket.values():
@@ -309,7 +301,7 @@ def _settle_repeated_keys(table: Table, staged: Sequence[StagedWrite]) -> list[N
     return out
 
 
-def _live_rows_only(table: Table, files: list[NewFile]) -> tuple[list[NewFile], list[NewFile]]:
+def _live_rows_only(table: TableState, files: list[NewFile]) -> tuple[list[NewFile], list[NewFile]]:
     """``files`` (settled runs: one version per key) with their retractions left out, for an
     overwrite of a table with deletion vectors, whose readers take every row of a file as live
     (merge-on-read drops them when it merges), and the tombstone files of those retractions
@@ -338,13 +330,13 @@ def _live_rows_only(table: Table, files: list[NewFile]) -> tuple[list[NewFile], 
     return out, graves
 
 
-def _read_run(table: Table, file: NewFile, columns: list[str] | None) -> pa.Table:
-    storage = table._storage
-    path = storage.fs_path(storage.join(table._record.location, file.path))
+def _read_run(table: TableState, file: NewFile, columns: list[str] | None) -> pa.Table:
+    storage = table.storage
+    path = storage.fs_path(storage.join(table.record.location, file.path))
     return pq.read_table(path, filesystem=storage.filesystem(), columns=columns)
 
 
-def _keys_repeat(table: Table, runs: Sequence[tuple[int, NewFile]], key: list[str]) -> bool:
+def _keys_repeat(table: TableState, runs: Sequence[tuple[int, NewFile]], key: list[str]) -> bool:
     """Whether a key of one bucket was written by two stages. Decided from the runs' stored key
     ranges when they show that no two stages' ranges meet; otherwise the runs' keys are read."""
     if _ranges_apart(table, runs, key):
@@ -353,7 +345,7 @@ def _keys_repeat(table: Table, runs: Sequence[tuple[int, NewFile]], key: list[st
     return keys.group_by(key).aggregate([]).num_rows != keys.num_rows
 
 
-def _ranges_apart(table: Table, runs: Sequence[tuple[int, NewFile]], key: list[str]) -> bool:
+def _ranges_apart(table: TableState, runs: Sequence[tuple[int, NewFile]], key: list[str]) -> bool:
     """Whether the key ranges of runs from different stages are disjoint, from the ranges the
     stages recorded (one step per run: a bucket has a run per stage that wrote to it)."""
     schema = table.schema

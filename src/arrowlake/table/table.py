@@ -10,49 +10,34 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 
-from arrowlake.errors import CommitConflict, ReadOnlyLake, ValidationError
+from arrowlake.errors import CommitConflict, ValidationError
 from arrowlake.expressions import Expr, to_arrow, to_expression
 from arrowlake.io.stats import decode_values, stats_table
 from arrowlake.metastore.inflight import registered_write
 from arrowlake.metastore.records import deletion_vectors_on, epoch_ms
-from arrowlake.metastore.store import check_commit_id
 from arrowlake.scan.planning import TableView
 from arrowlake.scan.scan import Scan
 from arrowlake.scan.split import MergeSpec
-from arrowlake.table import (
-    compaction,
-    evolution,
-    health,
-    maintenance,
-    mode_switch,
-    pk_options,
-    primary_key,
-    vector_compaction,
-    writes,
-)
-from arrowlake.table.compaction import CompactionResult
-from arrowlake.table.health import TableHealth
-from arrowlake.table.maintenance import ExpireResult, OrphanResult
-from arrowlake.table.maintenance_policy import warn_unsafe_properties
-from arrowlake.table.merge_into import MergeBuilder
-from arrowlake.table.pk_options import merge_engine, sequence_field
-from arrowlake.table.writes import WriteResult
+from arrowlake.table import evolution
+from arrowlake.table.maintenance import compaction, health, mode_switch, vector_compaction
+from arrowlake.table.maintenance import housekeeping as maintenance
+from arrowlake.table.maintenance.after_write import compact_after_write
+from arrowlake.table.maintenance.compaction import CompactionResult
+from arrowlake.table.maintenance.health import IcebergStatus, TableHealth
+from arrowlake.table.maintenance.housekeeping import ExpireResult, OrphanResult
+from arrowlake.table.options import primary_key as pk_options
+from arrowlake.table.options.maintenance import warn_unsafe_properties
+from arrowlake.table.state import Catalog, TableState
+from arrowlake.table.writes import keyed as primary_key
+from arrowlake.table.writes import plain as writes
+from arrowlake.table.writes.commit import WriteResult
+from arrowlake.table.writes.merge_into import MergeBuilder
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from arrowlake.io.storage import Storage
     from arrowlake.metastore.store import Metastore, TableRecord
-
-
-class Catalog(Protocol):
-    """What a table needs from the lake that holds it (an :class:`arrowlake.Lake`, a layer
-    above, which creates tables)."""
-
-    @property
-    def metastore(self) -> Metastore: ...
-
-    def storage_for(self, location: str) -> Storage: ...
 
 
 class ChangeStream(Protocol):
@@ -96,6 +81,16 @@ def register_iceberg_publisher(publisher: Callable[[Table, int | None], str]) ->
     _iceberg_publisher = publisher
 
 
+#: Tells a table's Iceberg status for :meth:`Table.health`; set by :mod:`arrowlake.iceberg`.
+_iceberg_status: Callable[[Table], IcebergStatus] | None = None
+
+
+def register_iceberg_status(status: Callable[[Table], IcebergStatus]) -> None:
+    """Install what :meth:`Table.health` asks for the table's Iceberg view."""
+    global _iceberg_status
+    _iceberg_status = status
+
+
 class Table:
     """One table of a lake. Get it from :meth:`Lake.table` or :meth:`Lake.create_table`.
 
@@ -105,21 +100,38 @@ class Table:
 
     def __init__(self, lake: Catalog, record: TableRecord) -> None:
         self._lake = lake
-        self._record = record
+        self._state = TableState(lake, record)
 
     # -- state ---------------------------------------------------------------------------------
+    # The writes, keys, changelogs and maintenance below the facade work on its TableState.
+    # The private names stay for the engines above tables (streams, Spark, Flight), which
+    # read a table's record, metastore and storage through them.
+
+    @property
+    def state(self) -> TableState:
+        """The table's state as the code below the facade takes it (record, metastore,
+        storage); for engines and tools built on arrowlake's internals."""
+        return self._state
+
+    @property
+    def _record(self) -> TableRecord:
+        return self._state.record
+
+    @_record.setter
+    def _record(self, record: TableRecord) -> None:
+        self._state.record = record
 
     @property
     def _metastore(self) -> Metastore:
-        return self._lake.metastore
+        return self._state.metastore
 
     @property
     def _storage(self) -> Storage:
-        return self._lake.storage_for(self._record.location)
+        return self._state.storage
 
     def refresh(self) -> Table:
         """Reload the table's metadata (schema, properties) from the metastore."""
-        self._record = self._metastore.load_table_by_id(self._record.table_id)
+        self._state.refresh()
         return self
 
     @property
@@ -133,8 +145,7 @@ class Table:
     @property
     def schema(self) -> pa.Schema:
         """The current schema (fields carry their ids in metadata)."""
-        rec = self._record
-        return self._metastore.schema(rec.table_id, rec.current_schema_id)
+        return self._state.schema
 
     @property
     def partition_by(self) -> list[str]:
@@ -164,11 +175,11 @@ class Table:
         creation too).
 
         ``deletion-vectors.enabled`` switches the table's mode where no bucket needs a merge
-        (after ``compact(full=True)``; see :mod:`arrowlake.table.mode_switch`)."""
+        (after ``compact(full=True)``; see :mod:`arrowlake.table.maintenance.mode_switch`)."""
         given = {k.replace("_", "-") if k.startswith("write_") else k: str(v)
                  for k, v in properties.items()}
         key = self._record.primary_key
-        to_vectors = mode_switch.requested_mode(self, given)
+        to_vectors = mode_switch.requested_mode(self._state, given)
         if to_vectors is not None:
             given[pk_options.DELETION_VECTORS_PROPERTY] = "true" if to_vectors else "false"
         checked: list[int | None] = []  # the snapshot the switch was checked on
@@ -200,7 +211,7 @@ class Table:
             checked.clear()
             if to_vectors is not None and self._record.deletion_vectors != to_vectors:
                 snapshot = self.current_snapshot_id
-                mode_switch.check_switchable(self, snapshot, to_vectors)
+                mode_switch.check_switchable(self._state, snapshot, to_vectors)
                 checked.append(snapshot)
             try:
                 self._metastore.update_properties(self._record.table_id, given, check)
@@ -223,13 +234,7 @@ class Table:
         return f"<arrowlake.Table {self.name} snapshot={self.current_snapshot_id}>"
 
     def _check_write(self, commit_id: str | None = None) -> None:
-        """Refuse a write up front, before any data file is written: a commit id no metastore
-        can store, or a lake opened read-only."""
-        check_commit_id(commit_id)
-        if self._metastore.read_only:
-            raise ReadOnlyLake(
-                f"Cannot write to table {self.name}: the lake was opened read-only (its "
-                f"metastore {self._metastore.location} cannot be written here)")
+        self._state.check_write(commit_id)
 
     def _writing(self, kind: str) -> AbstractContextManager[str | None]:
         """Run a write registered in flight (see metastore/inflight.py), so that orphan
@@ -293,18 +298,7 @@ class Table:
 
     def _view(self, snapshot_id: int | None, *, current_schema: bool = False,
               refreshed: bool = False) -> TableView:
-        """The table at ``snapshot_id``, in the mode that snapshot was written in (and in its
-        schema unless ``current_schema``, or it is the current snapshot). ``refreshed``: as
-        for :meth:`_resolve_snapshot`."""
-        rec = self._record.as_of(snapshot_id)
-        schema = self.schema
-        if not current_schema and snapshot_id is not None:
-            current = self._record.current_snapshot_id if refreshed \
-                else self.current_snapshot_id
-            if snapshot_id != current:
-                schema_id = self._metastore.snapshot(rec.table_id, snapshot_id)["schema_id"]
-                schema = self._metastore.schema(rec.table_id, schema_id)
-        return TableView(self._metastore, self._storage, rec, snapshot_id, schema)
+        return self._state.view(snapshot_id, current_schema=current_schema, refreshed=refreshed)
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -325,15 +319,7 @@ class Table:
 
     def _merge_spec(self, schema: pa.Schema | None = None,
                     record: TableRecord | None = None) -> MergeSpec | None:
-        """How versions merge when files are read in ``schema`` (the current one by default);
-        None when reads merge nothing: tables without a primary key, and primary-key tables
-        with deletion vectors, whose writes leave one live row per key. ``record``: the
-        table as of the snapshot read (its mode then; the current one by default)."""
-        rec = self._record if record is None else record
-        if not rec.primary_key or rec.deletion_vectors:
-            return None
-        return MergeSpec(tuple(self._record.primary_key), merge_engine(self, schema),
-                         sequence_field(self, schema), tuple(self._record.partition_by))
+        return self._state.merge_spec(schema, record)
 
     def to_arrow(self) -> pa.Table:
         return self.scan().to_arrow()
@@ -404,20 +390,22 @@ class Table:
         if self._record.primary_key:
             return self.upsert(data, commit_id=commit_id)
         with self._writing("append"):
-            return writes.append(self, data, commit_id=commit_id)
+            return writes.append(self._state, data, commit_id=commit_id)
 
     def upsert(self, data: Any, *, commit_id: str | None = None) -> WriteResult:
         """Insert or replace rows by primary key (merged on read by the table's merge engine)."""
         self._check_write(commit_id)
         with self._writing("upsert"):
-            return primary_key.upsert(self, data, commit_id=commit_id)
+            return compact_after_write(
+                self._state, primary_key.upsert(self._state, data, commit_id=commit_id))
 
     def write_changes(self, data: Any, row_kind: str = "op", *,
                       commit_id: str | None = None) -> WriteResult:
         """Write CDC rows; column ``row_kind`` holds ``+I``, ``-U``, ``+U``, ``-D`` (or 0-3)."""
         self._check_write(commit_id)
         with self._writing("changes"):
-            return primary_key.write_changes(self, data, row_kind, commit_id=commit_id)
+            return compact_after_write(self._state, primary_key.write_changes(
+                self._state, data, row_kind, commit_id=commit_id))
 
     def merge(self, source: Any, on: str | Sequence[str]) -> MergeBuilder:
         """Start a MERGE INTO with ``source``; finish with ``.execute()``.
@@ -428,16 +416,16 @@ class Table:
         ...       .execute())
         """
         self._check_write()
-        return MergeBuilder.start(self, source, on)
+        return MergeBuilder.start(self._state, source, on, after_commit=compact_after_write)
 
     def compact(self, full: bool = False) -> CompactionResult:
         """Merge the runs of each bucket of a primary-key table (see compaction)."""
         self._check_write()
-        pk_options.require_primary_key(self, "compact()")
+        pk_options.require_primary_key(self._state, "compact()")
         with self._writing("compact"):
             if self._record.deletion_vectors:
-                return vector_compaction.compact_vectors(self, full=full)
-            return compaction.compact(self, full=full)
+                return vector_compaction.compact_vectors(self._state, full=full)
+            return compaction.compact(self._state, full=full)
 
     def overwrite(self, data: Any, filter: Expr | str | None = None, *,
                   commit_id: str | None = None) -> WriteResult:
@@ -449,9 +437,9 @@ class Table:
         self._check_write(commit_id)
         with self._writing("overwrite"):
             if self._record.primary_key:
-                return primary_key.overwrite(self, data, to_expression(filter),
+                return primary_key.overwrite(self._state, data, to_expression(filter),
                                              commit_id=commit_id)
-            return writes.overwrite(self, data, to_expression(filter), commit_id=commit_id)
+            return writes.overwrite(self._state, data, to_expression(filter), commit_id=commit_id)
 
     def delete(self, filter: Expr | str, *, commit_id: str | None = None) -> WriteResult:
         """Delete the rows matching ``filter``, rewriting only files that match in part."""
@@ -461,22 +449,23 @@ class Table:
         to_arrow(expr, self.schema)  # validate before touching anything
         with self._writing("delete"):
             if self._record.primary_key:
-                return primary_key.delete_keys(self, expr, commit_id=commit_id)
-            return writes.delete(self, expr, commit_id=commit_id)
+                return compact_after_write(
+                    self._state, primary_key.delete_keys(self._state, expr, commit_id=commit_id))
+            return writes.delete(self._state, expr, commit_id=commit_id)
 
     # -- schema --------------------------------------------------------------------------------
 
     def add_column(self, name: str, type: pa.DataType, *, nullable: bool = True) -> None:
-        evolution.add_column(self, name, type, nullable=nullable)
+        evolution.add_column(self._state, name, type, nullable=nullable)
 
     def rename_column(self, old: str, new: str) -> None:
-        evolution.rename_column(self, old, new)
+        evolution.rename_column(self._state, old, new)
 
     def drop_column(self, name: str) -> None:
-        evolution.drop_column(self, name)
+        evolution.drop_column(self._state, name)
 
     def alter_column(self, name: str, type: pa.DataType) -> None:
-        evolution.alter_column(self, name, type)
+        evolution.alter_column(self._state, name, type)
 
     # -- tags ----------------------------------------------------------------------------------
 
@@ -497,12 +486,13 @@ class Table:
 
     def expire_snapshots(self, older_than: datetime | timedelta | None = None,
                          retain_last: int = 1) -> ExpireResult:
-        return maintenance.expire_snapshots(self, older_than, retain_last)
+        return maintenance.expire_snapshots(self._state, older_than, retain_last)
 
     def health(self) -> TableHealth:
         """Files, runs per bucket, deleted fraction, small files, snapshots, consumers' lag and
-        the last maintenance actions (see :mod:`arrowlake.table.health`)."""
-        return health.table_health(self)
+        the last maintenance actions (see :mod:`arrowlake.table.maintenance.health`)."""
+        return health.table_health(
+            self._state, None if _iceberg_status is None else _iceberg_status(self))
 
     def iceberg_metadata_location(self, snapshot: int | None = None) -> str:
         """Where the table's Iceberg v3 metadata JSON is (an absolute path or URI), as of
@@ -521,4 +511,4 @@ class Table:
 
     def remove_orphan_files(self, older_than: timedelta = timedelta(days=1),
                             dry_run: bool = True) -> OrphanResult:
-        return maintenance.remove_orphan_files(self, older_than, dry_run)
+        return maintenance.remove_orphan_files(self._state, older_than, dry_run)

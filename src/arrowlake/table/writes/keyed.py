@@ -37,37 +37,41 @@ from arrowlake.merge.runs import row_kinds_from
 from arrowlake.metastore.store import NewFile, SnapshotChange
 from arrowlake.scan.planning import TableView, fully_matching, plan_files
 from arrowlake.scan.scan import Scan
-from arrowlake.table import changelog, lookup_changelog
-from arrowlake.table.compaction import compact_if_needed, compaction_options
-from arrowlake.table.inputs import batch_stream
-from arrowlake.table.maintenance_policy import compaction_mode
-from arrowlake.table.pk_options import (
+from arrowlake.table.changelogs import lookup as lookup_changelog
+from arrowlake.table.changelogs.files import (
+    REFERENCING_FORMAT,
+    REFERENCING_SUMMARY,
+    write_changelog,
+)
+from arrowlake.table.changelogs.lookup import LookupChangelog, lookup_files, rebase
+from arrowlake.table.keys.runs import (
+    start_runs,
+    write_runs,
+)
+from arrowlake.table.options.primary_key import (
     DEFAULT_BUCKETS,
+    changelog_producer,
     merge_engine,
     require_primary_key,
     sequence_field,
 )
-from arrowlake.table.sorted_runs import (
-    start_runs,
-    write_runs,
-)
-from arrowlake.table.vector_changelog import commit_with_changelog
-from arrowlake.table.vector_compaction import compact_vectors
-from arrowlake.table.writes import (
+from arrowlake.table.writes.commit import commit_files, write_result
+from arrowlake.table.writes.inputs import batch_stream
+from arrowlake.table.writes.on_write import commit_with_changelog
+from arrowlake.table.writes.plain import (
     WriteResult,
-    _conflict_on_new_matches,
-    _discard,
+    conflict_on_new_matches,
     conformed,
 )
 
 if TYPE_CHECKING:
-    from arrowlake.table.table import Table
+    from arrowlake.table.state import TableState
 
 _log = logging.getLogger(__name__)
 
-def collect(table: Table, data: Any, *, where: str = "input") -> pa.Table:
+def collect(table: TableState, data: Any, *, where: str = "input") -> pa.Table:
     """The whole input conformed to the table schema (a run must be sorted, so it is held)."""
-    batches = list(conformed(table, data, table.schema, where=where))
+    batches = list(conformed(data, table.schema, where=where))
     if not batches:
         return table.schema.empty_table()
     return pa.Table.from_batches(batches, schema=table.schema)
@@ -79,21 +83,20 @@ def with_kinds(rows: pa.Table, kinds: pa.Array | RowKind) -> pa.Table:
     return rows.append_column(ROW_KIND, kinds)
 
 
-def commit_rows(table: Table, rows: pa.Table, kind: str, *, commit_id: str | None = None,
+def commit_rows(table: TableState, rows: pa.Table, kind: str, *, commit_id: str | None = None,
                 summary: dict[str, Any] | None = None, base: int | None = None,
                 on_rebase: Callable[[pa.Table], None] | None = None) -> WriteResult:
     """Write ``rows`` (with ``_row_kind``) as runs and commit them on ``base`` (the current
     snapshot when None; with ``on_rebase``, None is the empty table the caller decided on),
-    with the changelog the table's producer asks for; then compact if needed.
+    with the changelog the table's producer asks for. Compacting after it is the caller's
+    (:mod:`arrowlake.table.maintenance.after_write`): a write inside a transaction does not.
 
-    ``on_rebase`` is the commit's conflict check (see :func:`conflict_on_touched_keys`). Once
-    the commit has landed nothing raises: a failing compaction is logged and left for later.
+    ``on_rebase`` is the commit's conflict check (see :func:`conflict_on_touched_keys`).
     """
-    if table._record.deletion_vectors:
+    if table.record.deletion_vectors:
         check_sequence_values(table, rows)
-        landed = commit_with_changelog(table, rows, kind, commit_id=commit_id,
-                                       summary=summary, base=base, on_rebase=on_rebase)
-        return compact_vectors_after(table, landed)
+        return commit_with_changelog(table, rows, kind, commit_id=commit_id,
+                                     summary=summary, base=base, on_rebase=on_rebase)
     if base is None and on_rebase is None:
         # With ``on_rebase`` the caller decided on ``base``: None is the empty table, and the
         # commit must check everything committed since (the metastore rebases from None).
@@ -103,7 +106,7 @@ def commit_rows(table: Table, rows: pa.Table, kind: str, *, commit_id: str | Non
         return WriteResult(None, kind)
     check_sequence_values(table, rows)
     logged: lookup_changelog.LookupChangelog | None = None
-    if changelog.changelog_producer(table) == "lookup":
+    if changelog_producer(table) == "lookup":
         # The lookup reads the new runs' rows, not their files: it runs while they are written.
         writers: list[DataFileWriter] = []
         try:
@@ -115,52 +118,12 @@ def commit_rows(table: Table, rows: pa.Table, kind: str, *, commit_id: str | Non
         files, logged = lookup_changelog.finish_with_lookup(table, base, writers, written)
     else:
         files = write_runs(table, rows)
-    result = changelog.commit_runs(table, kind, base, files, rows, commit_id=commit_id,
-                                   summary=summary, on_rebase=on_rebase,
-                                   lookup_changelog=logged)
-    return compact_after_commit(table, result, files)
+    result = commit_runs(table, kind, base, files, rows, commit_id=commit_id,
+                         summary=summary, on_rebase=on_rebase, lookup_changelog=logged)
+    return replace(result, written=tuple(files))
 
 
-def compact_vectors_after(table: Table, result: WriteResult) -> WriteResult:
-    """``result`` of a merge-on-write commit, with the compaction of the buckets it touched
-    that it triggered (within its budget); like :func:`compact_after_commit`, never raises."""
-    if result.snapshot_id is None or result.duplicate or not result.buckets or \
-            compaction_mode(table._record.properties) != "inline":
-        return result
-    options = compaction_options(table._record.properties)
-    try:
-        compacted = compact_vectors(table, touched=result.buckets,
-                                    budget=int(options.write_budget * result.added_bytes))
-    except Exception as exc:  # the write landed: it must not look failed to the caller
-        _log.warning("Snapshot %s of %s committed, but compacting after it failed (the "
-                     "next write or compact() retries): %s", result.snapshot_id,
-                     table.name, exc)
-        return result
-    return replace(result, compaction=compacted if compacted.snapshot_id or compacted.dropped
-                   else None)
-
-
-def compact_after_commit(table: Table, result: WriteResult, files: Sequence[NewFile]
-                         ) -> WriteResult:
-    """``result`` of a commit of runs ``files``, with the compaction of the buckets it touched
-    that it triggered. The write has landed, so nothing here raises: a failing compaction is
-    logged and left to the next write or ``compact()``. Only in ``compaction.mode`` inline:
-    otherwise the maintenance service (or ``compact()``) compacts and ``compaction`` stays
-    None."""
-    if result.snapshot_id is None or result.duplicate or \
-            compaction_mode(table._record.properties) != "inline":
-        return result
-    try:
-        compacted = compact_if_needed(table, files)
-    except Exception as exc:  # the write landed: it must not look failed to the caller
-        _log.warning("Snapshot %s of %s committed, but compacting after it failed (the "
-                     "next write or compact() retries): %s", result.snapshot_id,
-                     table.name, exc)
-        compacted = None
-    return replace(result, compaction=compacted)
-
-
-def check_sequence_values(table: Table, rows: pa.Table) -> None:
+def check_sequence_values(table: TableState, rows: pa.Table) -> None:
     """Refuse NaN in a floating-point ``sequence_field``: it has no order against numbers.
 
     Nulls are accepted and order before every value (oldest); among equal sequence values
@@ -182,7 +145,7 @@ def check_sequence_values(table: Table, rows: pa.Table) -> None:
             "no order against other values. Give a number, or null (null orders oldest)")
 
 
-def check_deletes_supported(table: Table, what: str) -> None:
+def check_deletes_supported(table: TableState, what: str) -> None:
     """Refuse a delete the table's merge engine would not carry out.
 
     ``first-row`` keeps the first version of a key forever, ``ignore-delete`` drops
@@ -206,26 +169,26 @@ def check_deletes_supported(table: Table, what: str) -> None:
         raise ValidationError(f"{what} cannot delete rows of table '{table.name}': {reason}")
 
 
-def scan_at(table: Table, base: int | None, expr: Any) -> pa.Table:
+def scan_at(table: TableState, base: int | None, expr: Any) -> pa.Table:
     """The merged rows matching ``expr`` at snapshot ``base``, in the current schema."""
     if base is None:
         return table.schema.empty_table()
-    return Scan.create(table._view(base, current_schema=True), expr, None, None,
-                       table._merge_spec()).to_arrow()
+    return Scan.create(table.view(base, current_schema=True), expr, None, None,
+                       table.merge_spec()).to_arrow()
 
 
 #: How often a delete or merge re-plans on a newer snapshot before giving up.
 REPLAN_ATTEMPTS = 5
 
 
-def gave_up(what: str, table: Table, exc: CommitConflict) -> CommitConflict:
+def gave_up(what: str, table: TableState, exc: CommitConflict) -> CommitConflict:
     return CommitConflict(
         f"{what} on table '{table.name}' was planned {REPLAN_ATTEMPTS} times and each time "
         f"another commit changed keys it read before it could commit ({exc}); the table is "
         "unchanged by it. Retry later, or serialize the writers of these keys")
 
 
-def conflict_on_touched_keys(table: Table, keys: pa.Table, base: int | None,
+def conflict_on_touched_keys(table: TableState, keys: pa.Table, base: int | None,
                              expr: Expr | None = None) -> Callable[[pa.Table], None]:
     """An ``on_rebase`` check for a write planned on the rows of ``keys`` at ``base`` (and,
     with ``expr``, on which rows matched it: a delete by filter).
@@ -239,12 +202,12 @@ def conflict_on_touched_keys(table: Table, keys: pa.Table, base: int | None,
     ``expr``: a key that matches only since ``base`` must be deleted too.
     Nothing is computed unless the commit has to be rebased.
     """
-    rec = table._record
+    rec = table.record
     key = list(rec.primary_key)
     first_type = table.schema.field(key[0]).type
     after = -1 if base is None else base
     keys = keys.select(key)
-    new_matches = _conflict_on_new_matches(table, expr) if expr is not None else None
+    new_matches = conflict_on_new_matches(table, expr) if expr is not None else None
 
     def first_values(texts: pa.ChunkedArray) -> pa.Array:
         return decode_values([None if t is None else json.loads(t)[0]
@@ -252,7 +215,7 @@ def conflict_on_touched_keys(table: Table, keys: pa.Table, base: int | None,
 
     def check(added: pa.Table) -> None:
         # The commits after ``base`` have all landed: this transaction holds the table.
-        snaps = table._metastore.snapshots(rec.table_id).select(["snapshot_id", "kind"])
+        snaps = table.metastore.snapshots(rec.table_id).select(["snapshot_id", "kind"])
         later = snaps.filter(pc.greater(snaps.column("snapshot_id"), after))
         if pc.any(pc.equal(later.column("kind"), "overwrite")).as_py():
             raise CommitConflict(
@@ -292,14 +255,14 @@ def conflict_on_touched_keys(table: Table, keys: pa.Table, base: int | None,
     return check
 
 
-def upsert(table: Table, data: Any, *, commit_id: str | None = None) -> WriteResult:
+def upsert(table: TableState, data: Any, *, commit_id: str | None = None) -> WriteResult:
     require_primary_key(table, "upsert()")
     table.refresh()
     rows = collect(table, data)
     return commit_rows(table, with_kinds(rows, RowKind.INSERT), "upsert", commit_id=commit_id)
 
 
-def write_changes(table: Table, data: Any, row_kind: str = "op", *,
+def write_changes(table: TableState, data: Any, row_kind: str = "op", *,
                   commit_id: str | None = None) -> WriteResult:
     """Write CDC rows: ``row_kind`` names the column holding ``+I -U +U -D`` (or 0-3)."""
     require_primary_key(table, "write_changes()")
@@ -307,7 +270,7 @@ def write_changes(table: Table, data: Any, row_kind: str = "op", *,
     return commit_rows(table, change_rows(table, data, row_kind), "changes", commit_id=commit_id)
 
 
-def change_rows(table: Table, data: Any, row_kind: str = "op") -> pa.Table:
+def change_rows(table: TableState, data: Any, row_kind: str = "op") -> pa.Table:
     """CDC rows conformed to the table schema, with their kinds as ``_row_kind`` codes."""
 
     schema, batches = batch_stream(data)
@@ -330,7 +293,7 @@ def change_rows(table: Table, data: Any, row_kind: str = "op") -> pa.Table:
     return with_kinds(rows, codes)
 
 
-def delete_keys(table: Table, expr: Any, *, commit_id: str | None = None) -> WriteResult:
+def delete_keys(table: TableState, expr: Any, *, commit_id: str | None = None) -> WriteResult:
     """Write tombstones for every key whose current row matches ``expr`` (no rewrite).
 
     The keys are found on one snapshot; the commit fails inside its transaction if a run
@@ -358,12 +321,12 @@ def delete_keys(table: Table, expr: Any, *, commit_id: str | None = None) -> Wri
     raise AssertionError("unreachable")
 
 
-def overwrite(table: Table, data: Any, expr: Any, *, commit_id: str | None = None
+def overwrite(table: TableState, data: Any, expr: Any, *, commit_id: str | None = None
               ) -> WriteResult:
     """Replace the rows of whole partitions (or the whole table) of a primary-key table."""
 
     table.refresh()
-    rec = table._record
+    rec = table.record
     outside = referenced_columns(expr) - set(rec.partition_by)
     if outside:
         raise ValidationError(
@@ -371,36 +334,36 @@ def overwrite(table: Table, data: Any, expr: Any, *, commit_id: str | None = Non
             f"({', '.join(rec.partition_by) or 'none'}); the filter uses {sorted(outside)}. "
             "Use delete() and upsert() to replace individual keys.")
     check = None if isinstance(expr, AlwaysTrue) else expr
-    batches = list(conformed(table, data, table.schema, check=check))
+    batches = list(conformed(data, table.schema, check=check))
     rows = pa.Table.from_batches(batches, schema=table.schema) if batches else \
         table.schema.empty_table()
     files = write_runs(table, with_kinds(rows, RowKind.INSERT)) if rows.num_rows else []
     return commit_overwrite(table, files, expr, added_rows=rows.num_rows, commit_id=commit_id)
 
 
-def _replaced_tombstones(table: Table, view: TableView, expr: Any) -> list[int]:
+def _replaced_tombstones(table: TableState, view: TableView, expr: Any) -> list[int]:
     """The tombstone files of a merge-on-write table in the partitions an overwrite replaces:
     the deletes they remember are of rows the overwrite replaces too."""
-    graves = table._metastore.live_files(view.record.table_id, view.snapshot_id,
+    graves = table.metastore.live_files(view.record.table_id, view.snapshot_id,
                                          content="tombstone")
     if graves.num_rows and not isinstance(expr, AlwaysTrue):
         graves = graves.filter(fully_matching(view, graves, expr))
     return [int(i) for i in graves.column("file_id").to_pylist()]
 
 
-def commit_overwrite(table: Table, files: list[NewFile], expr: Any, *, added_rows: int,
+def commit_overwrite(table: TableState, files: list[NewFile], expr: Any, *, added_rows: int,
                      commit_id: str | None = None,
                      tombstones: Sequence[NewFile] = ()) -> WriteResult:
     """Commit runs already written while removing the files of the partitions ``expr`` selects
     (every file when it is always true); the runs are deleted if the commit does not happen.
     ``tombstones``: tombstone files of the overwrite's deletes (deletion vectors with a
     sequence field), committed with it."""
-    rec = table._record
+    rec = table.record
     try:
         for attempt in range(5):
             table.refresh()
             base = table.current_snapshot_id
-            view = table._view(base, current_schema=True)
+            view = table.view(base, current_schema=True)
             old = plan_files(view, expr)
             if old.num_rows and not isinstance(expr, AlwaysTrue):
                 old = old.filter(fully_matching(view, old, expr))
@@ -411,15 +374,15 @@ def commit_overwrite(table: Table, files: list[NewFile], expr: Any, *, added_row
             removed_rows = int(pa.compute.sum(old.column("row_count")).as_py() or 0)
             if rec.deletion_vectors and remove:
                 # Rows the removed files' vectors had deleted were no longer counted as live.
-                removed_rows -= sum(v.cardinality for v in table._metastore.live_vectors(
+                removed_rows -= sum(v.cardinality for v in table.metastore.live_vectors(
                     rec.table_id, base, remove).values())
             change = SnapshotChange(
                 kind="overwrite", schema_id=rec.current_schema_id, add=files, remove=remove,
                 tombstones=list(tombstones), remove_tombstones=graves,
                 removed_rows=removed_rows, deletion_vectors=rec.deletion_vectors,
-                commit_id=commit_id, on_rebase=_conflict_on_new_matches(table, expr))
+                commit_id=commit_id, on_rebase=conflict_on_new_matches(table, expr))
             try:
-                result = table._metastore.commit(rec.table_id, base, change)
+                result = table.metastore.commit(rec.table_id, base, change)
             except CommitConflict:
                 if attempt == 4:
                     raise
@@ -428,6 +391,78 @@ def commit_overwrite(table: Table, files: list[NewFile], expr: Any, *, added_row
                                added_rows, change.removed_rows,
                                result.attempts, result.duplicate)
     except BaseException:
-        _discard(table, [*files, *tombstones])
+        table.discard([*files, *tombstones])
         raise
     raise AssertionError("unreachable")
+
+
+# -- committing -------------------------------------------------------------------------------
+
+
+def commit_runs(table: TableState, kind: str, base: int | None, runs: list[NewFile],
+                rows: pa.Table, *, commit_id: str | None = None,
+                summary: dict[str, Any] | None = None,
+                on_rebase: Callable[[pa.Table], None] | None = None,
+                lookup_changelog: LookupChangelog | None = None) -> WriteResult:
+    """Commit written runs with the changelog the table's producer asks for. ``on_rebase`` is
+    the write's own conflict check; its CommitConflict reaches the caller unchanged.
+    ``lookup_changelog``: a ``lookup`` table's changelog of ``runs`` on ``base``, already
+    written (:func:`~arrowlake.table.changelogs.lookup.finish_with_lookup`); computed here when
+    not given.
+
+    A lookup changelog never makes the commit conflict. When commits landed after the snapshot
+    it was computed on, the commit's transaction (which holds the table, so nothing else lands
+    meanwhile) brings it up to date before recording it (:func:`rebase`): only the keys those
+    commits also wrote are looked up again, so the work redone is bounded by what they wrote and
+    contention can delay a write but never fail it."""
+    producer = changelog_producer(table)
+    if producer == "none":
+        return commit_files(table, kind, base, runs, commit_id=commit_id, summary=summary,
+                            on_rebase=on_rebase, deletion_vectors=False)
+    if producer == "full-compaction":
+        # Only full compactions write a changelog: streams skip this snapshot.
+        return commit_files(table, kind, base, runs, commit_id=commit_id,
+                            summary={**(summary or {}), "changelog": producer},
+                            on_rebase=on_rebase, deletion_vectors=False)
+    state: LookupChangelog | None = None
+    try:
+        if producer == "input":
+            changelog = write_changelog(table, rows) if rows.num_rows else []
+        else:
+            state = lookup_changelog if lookup_changelog is not None \
+                else lookup_files(table, base, runs)
+            changelog = state.files
+    except BaseException:
+        table.discard(runs)  # the changelog's own files are deleted already
+        raise
+    # Streams read only the changelog of a snapshot that says it has one (possibly empty: a
+    # lookup that found no value changed), never its runs.
+    noted = {**(summary or {}), "changelog": producer}
+    if state is not None and state.format2:
+        noted[REFERENCING_SUMMARY] = REFERENCING_FORMAT
+
+    def rebased(added: pa.Table) -> None:
+        # The write's own check sees every commit since its base.
+        if on_rebase is not None:
+            on_rebase(added)
+        if state is not None and rebase(table, state, added):
+            # The transaction records the change's changelog and summary after this check:
+            # they are brought up to date in place.
+            changelog[:] = state.files
+            if state.format2:
+                noted[REFERENCING_SUMMARY] = REFERENCING_FORMAT
+            else:
+                noted.pop(REFERENCING_SUMMARY, None)
+
+    change = SnapshotChange(kind=kind, schema_id=table.record.current_schema_id, add=runs,
+                            commit_id=commit_id, summary=noted, on_rebase=rebased,
+                            changelog=changelog, deletion_vectors=False)
+    try:
+        result = table.metastore.commit(table.record.table_id, base, change)
+    except BaseException:
+        table.discard([*(state.files if state is not None else changelog), *runs])
+        raise
+    if result.duplicate:
+        table.discard([*changelog, *runs])
+        return WriteResult(result.snapshot_id, kind, attempts=result.attempts, duplicate=True)
+    return write_result(kind, result, runs, 0, 0)

@@ -6,8 +6,9 @@ files. Per partition and bucket, a compaction rewrites into one file the live ro
 
 - every file whose deleted fraction reaches ``deletion-vectors.rewrite-threshold`` (default
   0.3): it holds that much dead weight;
-- the newest files the universal picking of :func:`~arrowlake.table.compaction.pick_runs`
-  chooses by live bytes once the bucket holds more than ``compaction.max-runs`` files (each
+- the newest files the universal picking of
+  :func:`~arrowlake.table.maintenance.compaction.pick_runs` chooses by live bytes once the
+  bucket holds more than ``compaction.max-runs`` files (each
   write adds one file per bucket it touches).
 
 ``compact(full=True)`` rewrites every bucket with more than one file or any deleted row (on a
@@ -42,21 +43,19 @@ from arrowlake.metastore.records import NewFile, SnapshotChange, StaleVectors
 from arrowlake.scan.planning import TableView, file_tasks, file_vectors, make_splits
 from arrowlake.scan.read import read_split_table
 from arrowlake.scan.split import FileTask
-from arrowlake.table.changelog import changelog_producer
-from arrowlake.table.compaction import (
+from arrowlake.table.changelogs.vectors import full_compaction_changelog, refuse_rebase
+from arrowlake.table.keys.lookup import lookup_columns, remember_written
+from arrowlake.table.keys.runs import start_group_writers
+from arrowlake.table.maintenance.compaction import (
     CompactionResult,
     DueBucket,
     compaction_options,
     pick_runs,
 )
-from arrowlake.table.key_lookup import lookup_columns, remember_written
-from arrowlake.table.pk_options import rewrite_threshold
-from arrowlake.table.sorted_runs import start_group_writers
-from arrowlake.table.vector_changelog import full_compaction_changelog, refuse_rebase
-from arrowlake.table.writes import _discard
+from arrowlake.table.options.primary_key import changelog_producer, rewrite_threshold
 
 if TYPE_CHECKING:
-    from arrowlake.table.table import Table
+    from arrowlake.table.state import TableState
 
 @dataclass(frozen=True)
 class _Pick:
@@ -73,10 +72,10 @@ def _live_bytes(task: FileTask) -> int:
     return task.file_size * task.live_rows // task.row_count
 
 
-def _groups(table: Table, base: int, buckets: Sequence[int] | None
+def _groups(table: TableState, base: int, buckets: Sequence[int] | None
             ) -> tuple[list[list[FileTask]], TableView]:
-    view = table._view(base, current_schema=True)
-    live = table._metastore.live_files(table._record.table_id, base,
+    view = table.view(base, current_schema=True)
+    live = table.metastore.live_files(table.record.table_id, base,
                                        buckets=None if buckets is None else list(buckets))
     grouped: dict[tuple[str | None, int | None], list[FileTask]] = {}
     for task in file_tasks(view, live):
@@ -99,7 +98,7 @@ def _pick(files: list[FileTask], props: Mapping[str, str], full: bool) -> list[F
     return picked if len(picked) > 1 or (picked and picked[0].file_id in heavy) else []
 
 
-def compact_vectors(table: Table, *, full: bool = False, touched: Iterable[int] | None = None,
+def compact_vectors(table: TableState, *, full: bool = False, touched: Iterable[int] | None = None,
                     budget: int | None = None, background: bool = False) -> CompactionResult:
     """Compact the buckets of a merge-on-write table (those numbered in ``touched`` only, when
     given), rewriting at most ``budget`` live bytes after the first bucket due.
@@ -111,7 +110,7 @@ def compact_vectors(table: Table, *, full: bool = False, touched: Iterable[int] 
     base = table.current_snapshot_id
     if base is None:
         return CompactionResult(None)
-    props = table._record.properties
+    props = table.record.properties
     groups, view = _groups(table, base, None if touched is None else sorted(set(touched)))
     picks = [_Pick(p) for p in (_pick(g, props, full) for g in groups) if p]
     # The most files first; a write's budget bounds what it pays for.
@@ -131,7 +130,7 @@ def compact_vectors(table: Table, *, full: bool = False, touched: Iterable[int] 
     return _commit(table, view, base, picks, logged=logged, background=background)
 
 
-def due_vector_buckets(table: Table) -> list[DueBucket]:
+def due_vector_buckets(table: TableState) -> list[DueBucket]:
     """The buckets of the current snapshot with files past the rewrite threshold, or more
     than ``compaction.max-runs`` files: what :func:`compact_vectors` would rewrite, with the
     live bytes it would read. Most files first."""
@@ -140,7 +139,7 @@ def due_vector_buckets(table: Table) -> list[DueBucket]:
     if base is None:
         return []
     groups, _ = _groups(table, base, None)
-    props = table._record.properties
+    props = table.record.properties
     due = []
     for files in groups:
         picked = _pick(files, props, False)
@@ -168,7 +167,7 @@ class _Output:
     files: list[NewFile] = field(default_factory=list)
 
 
-def _read_pick(table: Table, view: TableView, pick: _Pick) -> _Output:
+def _read_pick(table: TableState, view: TableView, pick: _Pick) -> _Output:
     """The live rows of a pick's files, sorted by key, with the file and position each row
     comes from (so that rows deleted while the compaction runs can be found in its output)."""
     schema = table.schema
@@ -198,9 +197,9 @@ def _read_pick(table: Table, view: TableView, pick: _Pick) -> _Output:
     rows = pa.concat_tables(parts)
     origin = np.concatenate(origins)
     # A pick's rows share their partition values: the key's other columns order them.
-    partition = set(table._record.partition_by)
-    key = [k for k in table._record.primary_key if k not in partition] \
-        or list(table._record.primary_key)
+    partition = set(table.record.partition_by)
+    key = [k for k in table.record.primary_key if k not in partition] \
+        or list(table.record.primary_key)
     image = sortable_key(rows, key)
     if image is not None:
         if len(image) < 2 or bool(np.all(image[1:] > image[:-1])):
@@ -212,7 +211,7 @@ def _read_pick(table: Table, view: TableView, pick: _Pick) -> _Output:
     return _Output(pick, rows.take(pa.array(order)), origin[order])
 
 
-def _start_output(table: Table, out: _Output, writers: list[DataFileWriter],
+def _start_output(table: TableState, out: _Output, writers: list[DataFileWriter],
                   dictionary: Sequence[str] | None) -> tuple[DataFileWriter, pa.Table]:
     """Hand an output's rows to the write pool as its bucket's new file(s)."""
     group = (_partition_scalars(table, out.pick.files[0]), out.pick.files[0].bucket or 0,
@@ -220,13 +219,13 @@ def _start_output(table: Table, out: _Output, writers: list[DataFileWriter],
     return start_group_writers(table, [group], table.schema, writers, dictionary)[0]
 
 
-def _finish_outputs(table: Table, outputs: Sequence[_Output],
+def _finish_outputs(table: TableState, outputs: Sequence[_Output],
                     started: Sequence[tuple[DataFileWriter, pa.Table]]) -> None:
     """After the writers of ``outputs`` (``started``, in the same order) closed: give each
     output its files, which keep the sequence range of the files they replace."""
-    rec = table._record
+    rec = table.record
     # The next write in this process finds the new files' keys without reading them.
-    remember_written(table._storage, rec.location, started, table.schema,
+    remember_written(table.storage, rec.location, started, table.schema,
                      lookup_columns(rec.primary_key, rec.partition_by))
     for out, (writer, _) in zip(outputs, started, strict=True):
         low = min(f.seq_min or 0 for f in out.pick.files)
@@ -234,13 +233,13 @@ def _finish_outputs(table: Table, outputs: Sequence[_Output],
         out.files = [replace(f, seq_min=low, seq_max=high) for f in writer.files]
 
 
-def _write_output(table: Table, out: _Output) -> None:
+def _write_output(table: TableState, out: _Output) -> None:
     """Write one output's rows (again, after a racing write deleted some of them)."""
     _, started = write_started(lambda writers: [_start_output(table, out, writers, None)])
     _finish_outputs(table, [out], started)
 
 
-def _rewrite(table: Table, view: TableView, picks: Sequence[_Pick]) -> list[_Output]:
+def _rewrite(table: TableState, view: TableView, picks: Sequence[_Pick]) -> list[_Output]:
     """Read, sort and write every pick. Two picks are read and sorted at a time (Arrow and
     numpy release the GIL), each handed to the write pool as soon as it is sorted, so that one
     pick's compression overlaps the next one's reading; all writers finish at the end. One
@@ -296,15 +295,15 @@ def _rewrite(table: Table, view: TableView, picks: Sequence[_Pick]) -> list[_Out
     return outputs
 
 
-def _catch_up(table: Table, outputs: list[_Output]) -> int | None:
+def _catch_up(table: TableState, outputs: list[_Output]) -> int | None:
     """After other commits marked rows of the compacted files deleted: drop those rows from
     the outputs (rewriting the outputs they were in) and return the snapshot the outputs now
     match; None when another commit removed one of the files (the compaction gives way)."""
     table.refresh()
     base = table.current_snapshot_id
-    view = table._view(base, current_schema=True)
+    view = table.view(base, current_schema=True)
     ids = [task.file_id for out in outputs for task in out.pick.files]
-    live = table._metastore.live_files(table._record.table_id, base)
+    live = table.metastore.live_files(table.record.table_id, base)
     if not set(ids) <= set(live.column("file_id").to_pylist()):
         return None
     now = dict(zip(ids, file_vectors(view, ids), strict=True))
@@ -330,13 +329,13 @@ def _catch_up(table: Table, outputs: list[_Output]) -> int | None:
         if dead.any():
             out.rows = out.rows.filter(pa.array(~dead))
             out.origin = out.origin[~dead]
-            _discard(table, out.files)
+            table.discard(out.files)
             out.files = []
             _write_output(table, out)
     return base
 
 
-def _commit(table: Table, view: TableView, base: int, picks: list[_Pick], *,
+def _commit(table: TableState, view: TableView, base: int, picks: list[_Pick], *,
             logged: bool = False, background: bool = False) -> CompactionResult:
     """Rewrite ``picks`` and commit them as one snapshot. Writes that mark rows of the picked
     files deleted meanwhile do not void it: their rows are dropped from the output (rewritten
@@ -344,10 +343,10 @@ def _commit(table: Table, view: TableView, base: int, picks: list[_Pick], *,
     :data:`ATTEMPTS` times. Only a commit that removed a picked file makes it give way.
 
     ``logged``: a full compaction of a ``full-compaction`` table, committed with the net
-    change since the previous one (:mod:`arrowlake.table.vector_changelog`). That change holds
+    change since the previous one (:mod:`arrowlake.table.changelogs.vectors`). That change holds
     for the snapshot it was computed on only, so any commit landing first makes the attempt
     start again on the newer snapshot, the change computed again."""
-    rec = table._record
+    rec = table.record
     outputs: list[_Output] = []
     log: list[NewFile] = []
     try:
@@ -362,7 +361,7 @@ def _commit(table: Table, view: TableView, base: int, picks: list[_Pick], *,
             added = [f for out in outputs for f in out.files]
             summary: dict[str, Any] = {"buckets": len(outputs)}
             if logged:
-                _discard(table, log)
+                table.discard(log)
                 log = []
                 log, noted = full_compaction_changelog(table, base)
                 summary.update(noted)
@@ -377,7 +376,7 @@ def _commit(table: Table, view: TableView, base: int, picks: list[_Pick], *,
                 expect_vectors={f.file_id: f.deletes.since if f.deletes else None
                                 for f in removed}, deletion_vectors=True)
             try:
-                result = table._metastore.commit(rec.table_id, base, change)
+                result = table.metastore.commit(rec.table_id, base, change)
             except StaleVectors:
                 caught_up = _catch_up(table, outputs)
                 if caught_up is None:
@@ -389,15 +388,15 @@ def _commit(table: Table, view: TableView, base: int, picks: list[_Pick], *,
             return CompactionResult(result.snapshot_id, len(outputs), len(removed), len(added),
                                     removed_bytes=sum(f.file_size for f in removed),
                                     added_bytes=sum(f.file_size for f in added))
-        _discard(table, [*log, *(f for out in outputs for f in out.files)])
+        table.discard([*log, *(f for out in outputs for f in out.files)])
         return CompactionResult(None, dropped=True)
     except BaseException:
-        _discard(table, [*log, *(f for out in outputs for f in out.files)])
+        table.discard([*log, *(f for out in outputs for f in out.files)])
         raise
 
 
-def _partition_scalars(table: Table, task: FileTask) -> tuple[pa.Scalar, ...]:
-    names = list(table._record.partition_by)
+def _partition_scalars(table: TableState, task: FileTask) -> tuple[pa.Scalar, ...]:
+    names = list(table.record.partition_by)
     if not names:
         return ()
     values = json.loads(task.partition_values or "[]")

@@ -3,7 +3,7 @@
 A snapshot of such a table is exact without changelog files: streams read the rows at the
 positions it deleted and the rows of the files it added (:mod:`arrowlake.streaming.vector_changes`),
 so the producers ``none`` and ``lookup`` write none. The other two mean what they mean on
-merge-on-read tables (:mod:`arrowlake.table.changelog`):
+merge-on-read tables (:mod:`arrowlake.table.changelogs.producers`):
 
 - ``input``: every write commits, as changelog files, the rows exactly as given, with their row
   kinds, duplicates and retractions (:func:`commit_with_changelog`). The engine does not filter
@@ -19,54 +19,31 @@ merge-on-read tables (:mod:`arrowlake.table.changelog`):
   states compared: a version dropped by its ``sequence_field`` or a retraction dropped by
   ``ignore-delete`` never shows.
 
-The net change is :func:`~arrowlake.table.net_change.net_change`: only the partitions and buckets
-whose rows may differ are read, at both snapshots, with no merge.
+The net change is :func:`~arrowlake.table.changelogs.net_change.net_change`: only the
+partitions and buckets whose rows may differ are read, at both snapshots, with no merge.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
 from arrowlake.metastore.records import StaleVectors
 from arrowlake.metastore.store import NewFile
-from arrowlake.table.changelog import (
+from arrowlake.table.changelogs.files import write_changelog
+from arrowlake.table.changelogs.net_change import net_change
+from arrowlake.table.changelogs.producers import (
     FULL_COMPACTION_DIFF,
-    changelog_producer,
     last_full_compaction,
 )
-from arrowlake.table.changelog_files import write_changelog
-from arrowlake.table.merge_on_write import commit_on_write
-from arrowlake.table.net_change import net_change
-from arrowlake.table.writes import WriteResult
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from arrowlake.table.table import Table
+    from arrowlake.table.state import TableState
 
-def commit_with_changelog(table: Table, rows: pa.Table, kind: str, *,
-                          commit_id: str | None = None, summary: dict[str, Any] | None = None,
-                          base: int | None = None,
-                          on_rebase: Callable[[pa.Table], None] | None = None) -> WriteResult:
-    """:func:`~arrowlake.table.merge_on_write.commit_on_write` with what the table's changelog
-    producer records: ``input`` the rows as given (changelog files committed with the write),
-    ``full-compaction`` that the snapshot has no changelog; nothing for the others."""
-    producer = changelog_producer(table)
-    if producer not in ("input", "full-compaction"):
-        return commit_on_write(table, rows, kind, commit_id=commit_id, summary=summary,
-                               base=base, on_rebase=on_rebase)
-    noted = {**(summary or {}), "changelog": producer}
-    if producer == "full-compaction" or rows.num_rows == 0:
-        return commit_on_write(table, rows, kind, commit_id=commit_id, summary=noted,
-                               base=base, on_rebase=on_rebase)
-    # commit_on_write deletes these files whenever the commit does not happen.
-    return commit_on_write(table, rows, kind, commit_id=commit_id, summary=noted, base=base,
-                           on_rebase=on_rebase, changelog=write_changelog(table, rows))
-
-
-def full_compaction_changelog(table: Table, base: int) -> tuple[list[NewFile], dict[str, str]]:
+def full_compaction_changelog(table: TableState, base: int) -> tuple[list[NewFile], dict[str, str]]:
     """For ``compact(full=True)`` of a ``full-compaction`` table with deletion vectors: the
     changelog files of the net change from the last full compaction to ``base``, and the
     summary entry that makes the compaction the next one's reference."""

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from arrowlake.errors import CommitConflict, ValidationError
+from arrowlake.errors import CommitConflict
 from arrowlake.expressions import AlwaysTrue
 from arrowlake.io.pools import ContextPool
 from arrowlake.io.writer import (
@@ -63,73 +63,14 @@ from arrowlake.scan.read import (
     partition_scalars,
 )
 from arrowlake.scan.split import FileTask, Split
-from arrowlake.table import changelog
-from arrowlake.table.run_cache import held_runs, remember_runs
-from arrowlake.table.writes import _discard
+from arrowlake.table.changelogs import producers as changelog
+from arrowlake.table.keys.run_cache import held_runs, remember_runs
+from arrowlake.table.options.compaction import CompactionOptions, compaction_options
+from arrowlake.table.options.primary_key import changelog_producer
+from arrowlake.table.writes.commit import CompactionResult
 
 if TYPE_CHECKING:
-    from arrowlake.table.table import Table
-
-
-# -- options --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class CompactionOptions:
-    """The compaction knobs of a primary-key table (table properties, see the module doc).
-
-    The defaults trade reads for writes as measured by the long run of ``bench/pk.py``: a
-    full read merging 10 runs a bucket is about as fast as reading the same rows from one
-    Parquet file, and compacting at 10 runs with a ratio of 1 rewrites about a third fewer
-    bytes than at 5 runs with 1.5 (a ratio over 1 lets bigger, older runs join merges)."""
-
-    max_runs: int = 10  # compaction.max-runs: a commit compacts touched buckets with more runs
-    size_ratio: float = 1.0  # compaction.size-ratio: older run <= ratio x newer picked runs
-    max_size_amplification_percent: int = 200  # compaction.max-size-amplification-percent
-    write_budget: float = 5.0  # compaction.write-budget: bytes compacted per byte written
-
-
-def _property(props: Mapping[str, str], name: str, default: float, *, integer: bool,
-              minimum: float, above: bool, meaning: str) -> float:
-    value = props.get(name)
-    if value is None or value == "":
-        return default
-    try:
-        number: float | None = int(value) if integer else float(value)
-    except ValueError:
-        number = None
-    if number is not None and (number != number or number in (float("inf"), float("-inf"))):
-        number = None
-    if number is None or number < minimum or (above and number == minimum):
-        kind = "an integer" if integer else "a number"
-        bound = f"{'>' if above else '>='} {minimum:g}"
-        raise ValidationError(
-            f"Table property '{name}' must be {kind} {bound} ({meaning}), not {value!r}")
-    return number
-
-
-def compaction_options(props: Mapping[str, str]) -> CompactionOptions:
-    """The compaction knobs in ``props``, defaults for those not set; a malformed one raises
-    :class:`~arrowlake.errors.ValidationError` naming the property."""
-    d = CompactionOptions()
-    return CompactionOptions(
-        max_runs=int(_property(
-            props, "compaction.max-runs", d.max_runs, integer=True, minimum=1, above=False,
-            meaning="a commit compacts a bucket holding more runs than this")),
-        size_ratio=_property(
-            props, "compaction.size-ratio", d.size_ratio, integer=False, minimum=1,
-            above=False, meaning="an older run joins a compaction when it is at most this many "
-                                 "times the newer runs picked"),
-        max_size_amplification_percent=int(_property(
-            props, "compaction.max-size-amplification-percent",
-            d.max_size_amplification_percent, integer=True, minimum=0, above=False,
-            meaning="a bucket is compacted whole when its newer runs exceed this percent of "
-                    "its oldest")),
-        write_budget=_property(
-            props, "compaction.write-budget", d.write_budget, integer=False, minimum=0,
-            above=True, meaning="a commit compacts at most this many times the bytes it "
-                                "wrote"),
-    )
+    from arrowlake.table.state import TableState
 
 
 # -- picking runs ---------------------------------------------------------------------------------
@@ -159,20 +100,6 @@ def pick_runs(sizes: Sequence[int], options: CompactionOptions, *,
 
 
 # -- compacting -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class CompactionResult:
-    """What a compaction committed. ``snapshot_id`` is None when there was nothing to do, or
-    when the compaction lost a race with another commit (``dropped``)."""
-
-    snapshot_id: int | None
-    buckets: int = 0
-    removed_files: int = 0
-    added_files: int = 0
-    dropped: bool = False
-    removed_bytes: int = 0  # the runs merged (what was read)
-    added_bytes: int = 0  # the runs written in their place (what was rewritten)
 
 
 Run = list[FileTask]  # one run of a bucket: the files of one sequence range
@@ -222,15 +149,15 @@ class _Plan:
     sequence_field: bool
 
 
-def _load(table: Table, base: int, files: pa.Table | None = None) -> _Plan:
-    view = table._view(base, current_schema=True)
+def _load(table: TableState, base: int, files: pa.Table | None = None) -> _Plan:
+    view = table.view(base, current_schema=True)
     if files is None:
-        files = table._metastore.live_files(table._record.table_id, base)
+        files = table.metastore.live_files(table.record.table_id, base)
     stats = dict(zip(files.column("file_id").to_pylist(), files.column("stats").to_pylist(),
                      strict=True))
     tasks = file_tasks(view, files)
     buckets = {(g[0].partition_id, g[0].bucket): _runs_of(g) for g in bucket_groups(tasks)}
-    spec = table._merge_spec()
+    spec = table.merge_spec()
     assert spec is not None
     return _Plan(base, buckets, stats, view,
                  isinstance(spec.engine, (Deduplicate, FirstRow)) or spec.sequence_field is None,
@@ -242,7 +169,7 @@ def _count(plan: _Plan, runs: list[Run], options: CompactionOptions) -> int:
     return len(runs) if count and not plan.newer_runs_alone else count
 
 
-def compact(table: Table, full: bool = False,
+def compact(table: TableState, full: bool = False,
             only: Iterable[tuple[int | None, int | None]] | None = None) -> CompactionResult:
     """Merge runs of buckets (all of them, or the ``(partition_id, bucket)`` pairs in ``only``)."""
     planned = plan_compaction(table, full, only)
@@ -255,7 +182,7 @@ Pick = tuple[list[Run], bool]  # the runs to merge, and whether they are all the
 ChangelogFiles = tuple[list[NewFile], dict[str, str]]  # a full compaction's changelog
 
 
-def plan_compaction(table: Table, full: bool = False,
+def plan_compaction(table: TableState, full: bool = False,
                     only: Iterable[tuple[int | None, int | None]] | None = None
                     ) -> tuple[_Plan, list[Pick], ChangelogFiles] | None:
     """What :func:`compact` merges: the plan, the picks, and the changelog files (already
@@ -265,7 +192,7 @@ def plan_compaction(table: Table, full: bool = False,
     base = table.current_snapshot_id
     if base is None:
         return None
-    options = compaction_options(table._record.properties)
+    options = compaction_options(table.record.properties)
     plan = _load(table, base)
     wanted = set(only) if only is not None else None
     picks: list[Pick] = []
@@ -282,25 +209,25 @@ def plan_compaction(table: Table, full: bool = False,
         if count:
             picks.append((runs[len(runs) - count:], count == len(runs)))
     log: ChangelogFiles = ([], {})
-    if full and changelog.changelog_producer(table) == "full-compaction":
+    if full and changelog_producer(table) == "full-compaction":
         # The difference from the previous full compaction, committed with this one.
         log = changelog.full_compaction_changelog(table, base)
     return plan, picks, log
 
 
-def compact_if_needed(table: Table, written: Sequence[NewFile]) -> CompactionResult | None:
+def compact_if_needed(table: TableState, written: Sequence[NewFile]) -> CompactionResult | None:
     """After a commit of the runs ``written``: compact the buckets it touched that now hold more
     than ``compaction.max-runs`` runs, within the write's budget (see the module doc). None when
     no bucket was due."""
-    options = compaction_options(table._record.properties)
+    options = compaction_options(table.record.properties)
     base = table.current_snapshot_id
     if base is None:
         return None
-    known = table._metastore.partition_ids(table._record.table_id)
+    known = table.metastore.partition_ids(table.record.table_id)
     touched = {(known.get(f.partition_path, f.partition_values), f.bucket) for f in written}
     # Count the touched buckets' runs before planning anything: most commits find none due.
-    files = table._metastore.live_files(
-        table._record.table_id, base,
+    files = table.metastore.live_files(
+        table.record.table_id, base,
         partition_ids=None if None in {p for p, _ in touched} else sorted(
             {p for p, _ in touched if p is not None}),
         buckets=sorted({b for _, b in touched if b is not None}))
@@ -346,14 +273,14 @@ class DueBucket:
     bytes: int  # what compacting it reads: the runs (live bytes of the files) it would merge
 
 
-def due_buckets(table: Table) -> list[DueBucket]:
+def due_buckets(table: TableState) -> list[DueBucket]:
     """The buckets of the current snapshot that a write in ``compaction.mode`` inline would
     compact: more than ``compaction.max-runs`` runs. Most runs first."""
     table.refresh()
     base = table.current_snapshot_id
     if base is None:
         return []
-    options = compaction_options(table._record.properties)
+    options = compaction_options(table.record.properties)
     plan = _load(table, base)
     due = []
     for (pid, bucket), runs in plan.buckets.items():
@@ -364,20 +291,20 @@ def due_buckets(table: Table) -> list[DueBucket]:
     return sorted(due, key=lambda d: (-d.runs, d.bytes))
 
 
-def _commit(table: Table, plan: _Plan, picks: list[tuple[list[Run], bool]],
+def _commit(table: TableState, plan: _Plan, picks: list[tuple[list[Run], bool]],
             log: tuple[list[NewFile], dict[str, str]] = ([], {})) -> CompactionResult:
     """Merge each pick's runs into one run and commit them all as one snapshot, with the
     changelog files ``log`` (and their summary entries) of a full-compaction table."""
     log_files = log[0]
     if not picks and not log_files:
         return CompactionResult(None)
-    merge = table._merge_spec()
+    merge = table.merge_spec()
     assert merge is not None
     added: list[NewFile] = []
     writers: list[DataFileWriter] = []
     inputs = [[f for run in runs for f in run] for runs, _ in picks]
     partitions = {pid: (path, values) for pid, path, values in
-                  table._metastore.partitions(table._record.table_id)} if picks else {}
+                  table.metastore.partitions(table.record.table_id)} if picks else {}
     # One choice of dictionary columns for all the buckets, made on the first one's rows.
     dictionary: Future[list[str]] = Future()
 
@@ -413,7 +340,7 @@ def _commit(table: Table, plan: _Plan, picks: list[tuple[list[Run], bool]],
         for future in futures:
             if future.done() and not future.cancelled() and future.exception() is None:
                 future.result().abort()
-        _discard(table, [*added, *log_files])
+        table.discard([*added, *log_files])
         raise
     finally:
         pool.shutdown(wait=False)
@@ -422,7 +349,7 @@ def _commit(table: Table, plan: _Plan, picks: list[tuple[list[Run], bool]],
     return outcome
 
 
-def commit_merged(table: Table, base: int, inputs: Sequence[Sequence[FileTask]],
+def commit_merged(table: TableState, base: int, inputs: Sequence[Sequence[FileTask]],
                   added: list[NewFile], log: ChangelogFiles = ([], {})) -> CompactionResult:
     """Commit the merged runs ``added`` in place of the runs ``inputs`` (one list per bucket),
     with the changelog files ``log``, as one snapshot on ``base``. A lost race (another
@@ -437,16 +364,16 @@ def commit_merged(table: Table, base: int, inputs: Sequence[Sequence[FileTask]],
     try:
         for _ in range(CHANGELOG_ATTEMPTS):
             change = SnapshotChange(
-                kind="compact", schema_id=table._record.current_schema_id, add=added,
+                kind="compact", schema_id=table.record.current_schema_id, add=added,
                 remove=[f.file_id for f in removed],
                 removed_rows=sum(f.row_count for f in removed),
                 summary={"buckets": len(inputs), **log_summary}, changelog=log_files,
                 on_rebase=_changelog_outdated(base) if logged else None,
                 deletion_vectors=False)
             try:
-                result = table._metastore.commit(table._record.table_id, base, change)
+                result = table.metastore.commit(table.record.table_id, base, change)
             except _ChangelogOutdated:
-                _discard(table, log_files)
+                table.discard(log_files)
                 log_files = []
                 table.refresh()
                 current = table.current_snapshot_id
@@ -460,9 +387,9 @@ def commit_merged(table: Table, base: int, inputs: Sequence[Sequence[FileTask]],
     except CommitConflict:
         pass
     except BaseException:
-        _discard(table, [*added, *log_files])
+        table.discard([*added, *log_files])
         raise
-    _discard(table, [*added, *log_files])
+    table.discard([*added, *log_files])
     return CompactionResult(None, dropped=True)
 
 
@@ -496,7 +423,7 @@ def keeps_retractions(plan: _Plan, whole: bool) -> bool:
     return not whole or plan.sequence_field
 
 
-def merge_pick(table: Table, split: Split, *, keep_retractions: bool,
+def merge_pick(table: TableState, split: Split, *, keep_retractions: bool,
                held: Mapping[int, pa.Table] | None = None) -> pa.Table:
     """The runs of one bucket that ``split`` (:func:`pick_split`) reads, merged into the rows
     of one run (:func:`_as_run`). Reads only what ``table`` (or a
@@ -517,7 +444,7 @@ def merge_pick(table: Table, split: Split, *, keep_retractions: bool,
     return _as_run(table, rows)
 
 
-def _as_run(table: Table, merged: pa.Table) -> pa.Table:
+def _as_run(table: TableState, merged: pa.Table) -> pa.Table:
     """Merged rows (with ``_row_kind`` and ``_seq``) in the run schema of ``table``."""
     schema = run_schema(table.schema)
     merged = merged.drop_columns([SEQUENCE]).rename_columns(
@@ -526,22 +453,22 @@ def _as_run(table: Table, merged: pa.Table) -> pa.Table:
     return pa.Table.from_arrays(merged.columns, schema=schema)
 
 
-def _write_compacted(table: Table, merged: pa.Table, runs: list[FileTask],
+def _write_compacted(table: TableState, merged: pa.Table, runs: list[FileTask],
                      partitions: Mapping[int, tuple[str, str]],
                      dictionary: Sequence[str]) -> DataFileWriter:
     """Start writing one bucket's merged rows (:func:`_as_run`) as a run that keeps the inputs'
     sequence range, dictionary-encoding the columns ``dictionary``; the caller closes the
     writer (or aborts it). ``partitions``: the table's partitions' paths and values by id."""
-    rec = table._record
+    rec = table.record
     seq_min = min(f.seq_min or 0 for f in runs)
     seq_max = max(f.seq_max or 0 for f in runs)
     sample = runs[0]
-    rel = table._storage.relative(rec.location, sample.path)
+    rel = table.storage.relative(rec.location, sample.path)
     directory = rel.rsplit("/", 1)[0]
     part: tuple[str | None, str | None] = (None, None) if sample.partition_id is None else \
         partitions.get(sample.partition_id, (None, None))
     key = list(rec.primary_key)
-    target = FileTarget(table._storage, rec.location, merged.schema, rec.current_schema_id,
+    target = FileTarget(table.storage, rec.location, merged.schema, rec.current_schema_id,
                         WriteOptions.from_properties(rec.properties, sorted_runs=True))
     writer = DataFileWriter(
         target, directory, partition_path=part[0], partition_values=part[1],

@@ -6,9 +6,12 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from arrowlake.errors import ValidationError
+from arrowlake.expressions import Expr, evaluate
 from arrowlake.pandas_arrow import pandas_to_arrow
+from arrowlake.schema import conform
 
 #: pandas DataFrames are converted this many rows at a time, so a write never holds a second
 #: full copy of a large frame.
@@ -69,3 +72,19 @@ def batch_stream(data: Any) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
         "RecordBatchReader, a pandas DataFrame, an object with __arrow_c_stream__, a dict of "
         "columns, or an iterable of record batches"
     )
+
+
+def conformed(data: Any, schema: pa.Schema, *, check: Expr | None = None,
+              where: str = "input") -> Iterator[pa.RecordBatch]:
+    """``data`` as batches in the table schema; with ``check``, every row must match it."""
+    _, batches = batch_stream(data)
+    for n, batch in enumerate(batches):
+        batch = conform(batch, schema, where=f"{where} (batch {n})")
+        if check is not None and batch.num_rows:
+            ok = evaluate(check, batch)
+            bad = batch.num_rows - int(pc.sum(ok).as_py() or 0)
+            if bad:
+                raise ValidationError(
+                    f"{bad} rows of batch {n} do not match the overwrite filter {check}: an "
+                    "overwrite with a filter may only write rows the filter selects")
+        yield batch

@@ -31,13 +31,13 @@ from arrowlake.merge.engines import unique_run_order
 from arrowlake.merge.runs import KIND_COLUMN, KIND_FIELD, key_json
 from arrowlake.metastore.store import NewFile
 from arrowlake.scan.read import constant_column
-from arrowlake.table.pk_options import DEFAULT_BUCKETS, merge_engine, sequence_field
-from arrowlake.table.run_cache import remember_runs
+from arrowlake.table.keys.run_cache import remember_runs
+from arrowlake.table.options.primary_key import DEFAULT_BUCKETS, merge_engine, sequence_field
 
 if TYPE_CHECKING:
-    from arrowlake.table.table import Table
+    from arrowlake.table.state import TableState
 
-def _run_schema(table: Table) -> pa.Schema:
+def _run_schema(table: TableState) -> pa.Schema:
     return table.schema.append(KIND_FIELD)
 
 
@@ -84,14 +84,14 @@ def _run_groups(rows: pa.Table, key: list[str], partition_by: list[str], buckets
             table, key, engine, seq_field, constant=partition_by)
 
 
-def write_runs(table: Table, rows: pa.Table) -> list[NewFile]:
+def write_runs(table: TableState, rows: pa.Table) -> list[NewFile]:
     """Write ``rows`` (table schema + ``_row_kind``) as one sorted run per partition and bucket."""
     files, written = write_started(lambda writers: start_runs(table, rows, writers))
     remember_runs(table, written)
     return files
 
 
-def start_runs(table: Table, rows: pa.Table, writers: list[DataFileWriter]
+def start_runs(table: TableState, rows: pa.Table, writers: list[DataFileWriter]
                 ) -> list[tuple[DataFileWriter, pa.Table]]:
     """Hand ``rows`` to the write pool as one sorted run per partition and bucket, each
     writer appended to ``writers`` (the caller closes them, or aborts them on an error);
@@ -99,17 +99,17 @@ def start_runs(table: Table, rows: pa.Table, writers: list[DataFileWriter]
     return start_group_writers(table, run_groups(table, rows), _run_schema(table), writers)
 
 
-def run_groups(table: Table, rows: pa.Table
+def run_groups(table: TableState, rows: pa.Table
                ) -> Iterable[tuple[tuple[pa.Scalar, ...], int, pa.Table]]:
     """``rows`` (table schema + ``_row_kind``) as ``(partition values, bucket, run)``, each
     run sorted by key with unique keys, versions within the write resolved by the engine."""
-    rec = table._record
+    rec = table.record
     return _run_groups(rows, list(rec.primary_key), list(rec.partition_by),
                        int(rec.buckets or DEFAULT_BUCKETS), merge_engine(table),
                        sequence_field(table))
 
 
-def start_group_writers(table: Table,
+def start_group_writers(table: TableState,
                         groups: Iterable[tuple[Sequence[pa.Scalar], int, pa.Table]],
                         schema: pa.Schema, writers: list[DataFileWriter],
                         dictionary: Sequence[str] | None = None
@@ -117,9 +117,9 @@ def start_group_writers(table: Table,
     """Hand each group's rows (sorted by key) to the write pool as one file in its partition's
     bucket folder, in ``schema`` (with the row-kind column when it has one). ``dictionary``:
     the columns to dictionary-encode, chosen on the first group's rows when not given."""
-    rec = table._record
+    rec = table.record
     key = list(rec.primary_key)
-    target = FileTarget(storage=table._storage, location=rec.location, schema=schema,
+    target = FileTarget(storage=table.storage, location=rec.location, schema=schema,
                         schema_id=rec.current_schema_id,
                         options=WriteOptions.from_properties(rec.properties, sorted_runs=True))
     written: list[tuple[DataFileWriter, pa.Table]] = []

@@ -1,7 +1,7 @@
 """An index of the live keys of one bucket, kept by a writing process between its writes.
 
 Without it a merge-on-write lookup searches every live file of the bucket for every written
-key (:func:`arrowlake.table.key_lookup.locate`), so its cost grows with the files a bucket
+key (:func:`arrowlake.table.keys.lookup.locate`), so its cost grows with the files a bucket
 holds between compactions. The index is one sorted array of the bucket's live keys (their
 :func:`~arrowlake.merge.versions.sortable_key` image) with, for each, the file and the row
 position holding it: a lookup is one binary search per written key, whatever the file count.
@@ -10,7 +10,7 @@ An index describes one state of its bucket: the set of ``(data file, vector card
 pairs of the bucket's live files. Files are never rewritten in place and vectors only grow,
 so two states with the same pairs hold the same live rows. A lookup uses a cached index only
 when its state is exactly the bucket's state at the lookup's snapshot; otherwise it builds one
-from the files' cached key columns (:mod:`arrowlake.table.key_lookup`). After a commit the
+from the files' cached key columns (:mod:`arrowlake.table.keys.lookup`). After a commit the
 writer advances the index itself (:meth:`KeyIndex.advanced`): it drops the rows it marked
 deleted and inserts the keys of the files it wrote, so a process that writes a table in a
 loop never rebuilds it.

@@ -2,8 +2,8 @@
 writing them one file per partition and bucket, and the row differences they hold.
 
 Lookup changelogs in format 2 refer to the rows of their snapshot's runs instead of copying
-them (:data:`AFTER_COLUMN`); the producers themselves are in :mod:`arrowlake.table.changelog`
-and :mod:`arrowlake.table.lookup_changelog`.
+them (:data:`AFTER_COLUMN`); the producers themselves are in
+:mod:`arrowlake.table.changelogs.producers` and :mod:`arrowlake.table.changelogs.lookup`.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from arrowlake.metastore.store import NewFile
 from arrowlake.schema import FIELD_ID_KEY
 
 if TYPE_CHECKING:
-    from arrowlake.table.table import Table
+    from arrowlake.table.state import TableState
 
 
 INDEX_COLUMN = "__al_row"
@@ -66,7 +66,7 @@ def log_schema(schema: pa.Schema, key: Sequence[str]) -> pa.Schema:
     return pa.schema(fields, metadata=schema.metadata).append(KIND_FIELD).append(AFTER_FIELD)
 
 
-def write_changelog(table: Table, rows: pa.Table) -> list[NewFile]:
+def write_changelog(table: TableState, rows: pa.Table) -> list[NewFile]:
     """``rows`` (table columns + ``_row_kind`` codes) as changelog files, one per partition and
     bucket, rows in input order."""
     return write_parts(table, bucketed(table, rows))
@@ -77,7 +77,7 @@ def write_changelog(table: Table, rows: pa.Table) -> list[NewFile]:
 Part = tuple[str | None, str | None, int, pa.Table]
 
 
-def write_parts(table: Table, parts: Iterable[Part], *, referencing: bool = False
+def write_parts(table: TableState, parts: Iterable[Part], *, referencing: bool = False
                  ) -> list[NewFile]:
     """One changelog file per part, each handed to the write pool as soon as it is cut, so the
     next part is computed while it is written. ``referencing``: lookup format 2 (see
@@ -87,17 +87,17 @@ def write_parts(table: Table, parts: Iterable[Part], *, referencing: bool = Fals
     return files
 
 
-def start_parts(table: Table, parts: Iterable[Part], writers: list[DataFileWriter], *,
+def start_parts(table: TableState, parts: Iterable[Part], writers: list[DataFileWriter], *,
                  referencing: bool = False, dictionary: Sequence[str] | None = None) -> None:
     """Hand each part to the write pool as a changelog file, its writer appended to ``writers``
     (the caller closes them, or aborts them on an error). ``referencing``: in lookup format 2,
     with AFTER_COLUMN. ``dictionary``: the columns to
     dictionary-encode when already chosen (the write's runs hold the same columns' values),
     else chosen from the first part."""
-    rec = table._record
+    rec = table.record
     schema = log_schema(table.schema, rec.primary_key) if referencing \
         else table.schema.append(KIND_FIELD)
-    target = FileTarget(storage=table._storage, location=rec.location, schema=schema,
+    target = FileTarget(storage=table.storage, location=rec.location, schema=schema,
                         schema_id=rec.current_schema_id,
                         options=WriteOptions.from_properties(rec.properties))
     dictionary = list(dictionary) if dictionary is not None else None
@@ -150,9 +150,9 @@ def pair_keys(left: pa.Table, right: pa.Table, key: Sequence[str]) -> tuple[np.n
     return (joined.column(INDEX_COLUMN).to_numpy(), joined.column(INDEX_COLUMN + "r").to_numpy())
 
 
-def bucketed(table: Table, rows: pa.Table) -> Iterator[Part]:
+def bucketed(table: TableState, rows: pa.Table) -> Iterator[Part]:
     """``rows`` cut by partition and bucket, each part in input order."""
-    rec = table._record
+    rec = table.record
     buckets = int(rec.buckets or 1)  # set for every primary-key table
     with_bucket = rows.append_column("_al_bucket",
                                      bucket_of(rows, list(rec.primary_key), buckets))

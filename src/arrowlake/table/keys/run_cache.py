@@ -15,49 +15,20 @@ keyed by a file's location and the schema it was read in stays right until it is
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 
-from arrowlake.errors import ValidationError
 from arrowlake.io.lru import SizedLRU
 from arrowlake.io.writer import DataFileWriter
 from arrowlake.scan.split import FileTask
+from arrowlake.table.options.primary_key import run_cache_bytes
 
 if TYPE_CHECKING:
-    from arrowlake.table.table import Table
-
-RUN_CACHE_PROPERTY = "write.run-cache-size"
-LOOKUP_CACHE_PROPERTY = "changelog.lookup-cache-size"  # the older name, read first
-DEFAULT_RUN_CACHE_BYTES = 256 * 1024 * 1024
-
-
-def run_cache_bytes(props: Mapping[str, str]) -> int:
-    """How many bytes of decoded runs a writer of the table keeps in memory between writes:
-    the table property ``changelog.lookup-cache-size`` when set, else ``write.run-cache-size``;
-    by default 256 MiB on ``lookup`` tables and 0 (off) on others. A malformed value of either
-    raises :class:`~arrowlake.errors.ValidationError` naming it."""
-    sizes = [_cache_size(props, name) for name in (LOOKUP_CACHE_PROPERTY, RUN_CACHE_PROPERTY)]
-    default = DEFAULT_RUN_CACHE_BYTES if props.get("changelog-producer") == "lookup" else 0
-    return next((size for size in sizes if size is not None), default)
-
-
-def _cache_size(props: Mapping[str, str], name: str) -> int | None:
-    value = props.get(name)
-    if value is None or str(value).strip() == "":
-        return None
-    try:
-        number = int(str(value).strip())
-    except ValueError:
-        number = -1
-    if number < 0:
-        raise ValidationError(
-            f"Table property '{name}' must be a number of bytes (0 or more), not {value!r}")
-    return number
-
+    from arrowlake.table.state import TableState
 
 @dataclass(frozen=True, eq=False)
 class DecodedRun:
@@ -84,10 +55,10 @@ RUNS: SizedLRU[DecodedRun] = SizedLRU(0, lambda run: run.rows.nbytes)
 os.register_at_fork(after_in_child=RUNS.after_fork)
 
 
-def decoded_runs(table: Table, written: Sequence[tuple[DataFileWriter, pa.Table]]
+def decoded_runs(table: TableState, written: Sequence[tuple[DataFileWriter, pa.Table]]
                  ) -> list[tuple[DataFileWriter, DecodedRun]]:
     """Each writer's rows as a run of its own memory."""
-    first = table._record.primary_key[0]
+    first = table.record.primary_key[0]
     fast = integer_like(table.schema.field(first).type)
     return [(writer, DecodedRun.of(pa.Table.from_arrays([_own_rows(c) for c in rows.columns],
                                                         schema=rows.schema), first, fast))
@@ -105,23 +76,23 @@ def _own_rows(column: pa.ChunkedArray) -> pa.Array:
     return pa.concat_arrays(column.chunks)
 
 
-def remember_runs(table: Table, written: Sequence[tuple[DataFileWriter, pa.Table]]) -> None:
+def remember_runs(table: TableState, written: Sequence[tuple[DataFileWriter, pa.Table]]) -> None:
     """Keep the runs a write just wrote (each writer's rows, written as one file) decoded for
     the compactions and lookup changelogs of the next writes, so none reads them back."""
-    if run_cache_bytes(table._record.properties):
+    if run_cache_bytes(table.record.properties):
         keep_runs(table, decoded_runs(table, written))
 
 
-def keep_runs(table: Table, runs: Sequence[tuple[DataFileWriter, DecodedRun]]) -> None:
+def keep_runs(table: TableState, runs: Sequence[tuple[DataFileWriter, DecodedRun]]) -> None:
     """Cache the runs whose writer wrote them as one (closed) file."""
-    rec = table._record
+    rec = table.record
     limit = run_cache_bytes(rec.properties)
     if not limit:
         return
     for writer, run in runs:
         if len(writer.files) != 1:
             continue  # rolled over into several files: none holds all the rows
-        path = table._storage.join(rec.location, writer.files[0].path)
+        path = table.storage.join(rec.location, writer.files[0].path)
         RUNS.put((path, rec.current_schema_id), run, limit)
 
 
@@ -140,10 +111,10 @@ def as_ints(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return np.asarray(values.to_numpy(zero_copy_only=False))
 
 
-def held_runs(table: Table, files: Sequence[FileTask]) -> dict[int, pa.Table]:
+def held_runs(table: TableState, files: Sequence[FileTask]) -> dict[int, pa.Table]:
     """The whole rows of those of ``files`` the cache holds (table columns in the current
     schema and the stored row kind), by file id."""
-    schema_id = table._record.current_schema_id
+    schema_id = table.record.current_schema_id
     held = {}
     for f in files:
         run = RUNS.get((f.path, schema_id))

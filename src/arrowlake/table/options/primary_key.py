@@ -4,7 +4,7 @@ engine and sequence field they give (options follow columns by field id)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 
@@ -20,18 +20,26 @@ from arrowlake.merge import (
     engine_from_options,
 )
 from arrowlake.merge.runs import KIND_COLUMN
-from arrowlake.metastore.records import DELETION_VECTORS_PROPERTY, MODE_SWITCHES_PROPERTY
-from arrowlake.schema import field_id, find_field
-from arrowlake.table import changelog
-from arrowlake.table.compaction import (
-    CompactionOptions,
-    compaction_options,
+from arrowlake.metastore.records import (
+    DELETION_VECTORS_PROPERTY,
+    MODE_SWITCHES_PROPERTY,
+    TableRecord,
 )
-from arrowlake.table.maintenance_policy import maintenance_policy
-from arrowlake.table.run_cache import run_cache_bytes
+from arrowlake.schema import field_id, find_field
+from arrowlake.table.options.compaction import CompactionOptions, compaction_options
+from arrowlake.table.options.maintenance import maintenance_policy
 
-if TYPE_CHECKING:
-    from arrowlake.table.table import Table
+
+class KeyedTable(Protocol):
+    """What these options read of a table (a :class:`~arrowlake.table.state.TableState`)."""
+
+    record: TableRecord
+
+    @property
+    def schema(self) -> pa.Schema: ...
+
+    @property
+    def name(self) -> str: ...
 
 DEFAULT_BUCKETS = 4
 
@@ -134,7 +142,7 @@ def validate_pk_options(schema: pa.Schema, primary_key: Sequence[str],
         props["fields.default-aggregate-function"] = str(options["default_aggregation"])
     props.setdefault("compaction.max-runs", str(CompactionOptions().max_runs))
     if "changelog_producer" in options:
-        props["changelog-producer"] = changelog.check_producer(options["changelog_producer"],
+        props["changelog-producer"] = check_producer(options["changelog_producer"],
                                                                primary_key)
     props[DELETION_VECTORS_PROPERTY] = _deletion_vectors_flag(options, props)
     # Builds the engine once so bad aggregation functions fail now.
@@ -143,7 +151,7 @@ def validate_pk_options(schema: pa.Schema, primary_key: Sequence[str],
 
 
 #: Changelog producers that work with deletion vectors: all of them (``input`` and
-#: ``full-compaction`` through :mod:`arrowlake.table.vector_changelog`).
+#: ``full-compaction`` through :mod:`arrowlake.table.changelogs.vectors`).
 DELETION_VECTOR_PRODUCERS = frozenset({"none", "lookup", "input", "full-compaction"})
 
 
@@ -175,7 +183,7 @@ def _deletion_vectors_flag(options: Mapping[str, Any], props: Mapping[str, str])
 
 
 #: Properties that say how the runs already written merge: fixed once the table exists.
-#: (``deletion-vectors.enabled`` is not: see :mod:`arrowlake.table.mode_switch`.)
+#: (``deletion-vectors.enabled`` is not: see :mod:`arrowlake.table.maintenance.mode_switch`.)
 FIXED_PROPERTIES = ("merge-engine", "sequence-field", "ignore-delete",
                     "partial-update.ignore-delete", "aggregation.remove-record-on-delete",
                     "fields.default-aggregate-function")
@@ -263,23 +271,23 @@ def translate_properties(props: Mapping[str, str], old: pa.Schema, new: pa.Schem
     return out
 
 
-def _properties_for(table: Table, schema: pa.Schema | None) -> dict[str, str]:
-    props = table._record.properties
+def _properties_for(table: KeyedTable, schema: pa.Schema | None) -> dict[str, str]:
+    props = table.record.properties
     if schema is None or schema.equals(table.schema, check_metadata=True):
         return dict(props)
     return translate_properties(props, table.schema, schema)
 
 
-def merge_engine(table: Table, schema: pa.Schema | None = None) -> MergeEngine:
+def merge_engine(table: KeyedTable, schema: pa.Schema | None = None) -> MergeEngine:
     """The table's merge engine for reading files in ``schema`` (the current one by default):
     options follow columns by field id, so renames and time travel keep them."""
     props = _properties_for(table, schema)
     return engine_from_options(props.get("merge-engine", "deduplicate"),
                                table.schema if schema is None else schema,
-                               list(table._record.primary_key), _engine_options(props))
+                               list(table.record.primary_key), _engine_options(props))
 
 
-def sequence_field(table: Table, schema: pa.Schema | None = None) -> str | None:
+def sequence_field(table: KeyedTable, schema: pa.Schema | None = None) -> str | None:
     return _properties_for(table, schema).get("sequence-field")
 
 
@@ -287,26 +295,26 @@ def sequence_field(table: Table, schema: pa.Schema | None = None) -> str | None:
 RESERVED_NAMES = (ROW_KIND, SEQUENCE, KIND_COLUMN)
 
 
-def engine_columns(table: Table) -> list[str]:
+def engine_columns(table: KeyedTable) -> list[str]:
     """Columns the table's merge options name: they may be renamed, not dropped."""
-    props = table._record.properties
+    props = table.record.properties
     names = [props["sequence-field"]] if "sequence-field" in props else []
     names += [".".join(k.split(".")[1:-1]) for k in props
               if k.startswith("fields.") and k != "fields.default-aggregate-function"]
     return names
 
 
-def check_pk_schema(table: Table, schema: pa.Schema) -> dict[str, str]:
+def check_pk_schema(table: KeyedTable, schema: pa.Schema) -> dict[str, str]:
     """The properties a primary-key table gets with its new ``schema``, after checking that its
     merge engine still works on it (a new column must suit the default aggregate function)."""
-    props = translate_properties(table._record.properties, table.schema, schema)
+    props = translate_properties(table.record.properties, table.schema, schema)
     engine_from_options(props.get("merge-engine", "deduplicate"), schema,
-                        list(table._record.primary_key), _engine_options(props))
+                        list(table.record.primary_key), _engine_options(props))
     return props
 
 
-def require_primary_key(table: Table, what: str) -> None:
-    if not table._record.primary_key:
+def require_primary_key(table: KeyedTable, what: str) -> None:
+    if not table.record.primary_key:
         raise ValidationError(
             f"{what} needs a table with a primary key; '{table.name}' has none. Use append(), "
             "overwrite() or delete(), or create the table with primary_key=[...]")
@@ -330,3 +338,50 @@ def rewrite_threshold(props: Mapping[str, str]) -> float:
             f"Property '{REWRITE_THRESHOLD}' must be a fraction above 0 and at most 1 (the "
             f"share of a file's rows deleted before it is rewritten), not {text!r}")
     return value
+
+
+# -- changelog producers and the run cache ----------------------------------------------------
+
+PRODUCERS = ("none", "input", "lookup", "full-compaction")
+def changelog_producer(table: KeyedTable) -> str:
+    return table.record.properties.get("changelog-producer", "none")
+
+
+def check_producer(value: object, primary_key: Sequence[str]) -> str:
+    if value not in PRODUCERS:
+        raise ValidationError(
+            f"Unknown changelog_producer {value!r}; valid ones are {', '.join(PRODUCERS)}")
+    if value != "none" and not primary_key:
+        raise ValidationError(
+            "changelog_producer needs a primary-key table: append tables' streams are exact "
+            "without one")
+    return str(value)
+
+
+RUN_CACHE_PROPERTY = "write.run-cache-size"
+LOOKUP_CACHE_PROPERTY = "changelog.lookup-cache-size"  # the older name, read first
+DEFAULT_RUN_CACHE_BYTES = 256 * 1024 * 1024
+
+
+def run_cache_bytes(props: Mapping[str, str]) -> int:
+    """How many bytes of decoded runs a writer of the table keeps in memory between writes:
+    the table property ``changelog.lookup-cache-size`` when set, else ``write.run-cache-size``;
+    by default 256 MiB on ``lookup`` tables and 0 (off) on others. A malformed value of either
+    raises :class:`~arrowlake.errors.ValidationError` naming it."""
+    sizes = [_cache_size(props, name) for name in (LOOKUP_CACHE_PROPERTY, RUN_CACHE_PROPERTY)]
+    default = DEFAULT_RUN_CACHE_BYTES if props.get("changelog-producer") == "lookup" else 0
+    return next((size for size in sizes if size is not None), default)
+
+
+def _cache_size(props: Mapping[str, str], name: str) -> int | None:
+    value = props.get(name)
+    if value is None or str(value).strip() == "":
+        return None
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        number = -1
+    if number < 0:
+        raise ValidationError(
+            f"Table property '{name}' must be a number of bytes (0 or more), not {value!r}")
+    return number

@@ -34,10 +34,10 @@ from arrowlake.metastore.records import (
 )
 from arrowlake.scan.planning import file_tasks
 from arrowlake.scan.read import bucket_groups, needs_merge
-from arrowlake.table.pk_options import sequence_field
+from arrowlake.table.options.primary_key import sequence_field
 
 if TYPE_CHECKING:
-    from arrowlake.table.table import Table
+    from arrowlake.table.state import TableState
 
 #: How often a switch is checked again when commits keep landing while it is checked.
 ATTEMPTS = 5
@@ -47,7 +47,7 @@ class TableMoved(CommitConflict):
     """A commit landed between the switch's check and its recording: check again."""
 
 
-def requested_mode(table: Table, given: Mapping[str, str]) -> bool | None:
+def requested_mode(table: TableState, given: Mapping[str, str]) -> bool | None:
     """The mode ``given`` properties ask for (None: they do not name it). Refuses setting the
     switch history by hand and a value other than true/false."""
     if MODE_SWITCHES_PROPERTY in given:
@@ -60,22 +60,22 @@ def requested_mode(table: Table, given: Mapping[str, str]) -> bool | None:
     if value not in ("true", "false"):
         raise ValidationError(f"Property '{DELETION_VECTORS_PROPERTY}' must be 'true' or "
                               f"'false', not {given[DELETION_VECTORS_PROPERTY]!r}")
-    if not table.primary_key:
+    if not table.record.primary_key:
         raise ValidationError(f"Property '{DELETION_VECTORS_PROPERTY}' needs a table with a "
                               "primary key (other tables have one row per write anyway)")
     return value == "true"
 
 
-def check_switchable(table: Table, snapshot_id: int | None, to_vectors: bool) -> None:
+def check_switchable(table: TableState, snapshot_id: int | None, to_vectors: bool) -> None:
     """Refuse switching ``table`` at ``snapshot_id`` (read in its current mode) where the two
     modes would read it differently."""
     if snapshot_id is None:
         return
-    ms, tid = table._metastore, table._record.table_id
+    ms, tid = table.metastore, table.record.table_id
     how = (f"run table.compact(full=True) (or `arrowlake compact {table.name} --full`) "
            "first, then set the property again")
     if to_vectors:
-        view = table._view(snapshot_id, current_schema=True)
+        view = table.view(snapshot_id, current_schema=True)
         groups = bucket_groups(file_tasks(view, ms.live_files(tid, snapshot_id)))
         unmerged = sum(needs_merge(g) for g in groups)
         if unmerged:

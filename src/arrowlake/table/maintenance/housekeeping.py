@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -11,17 +10,18 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow.compute as pc
 
-from arrowlake.errors import UnsafeOrphanAge, ValidationError
+from arrowlake.errors import ValidationError
 from arrowlake.io.storage import FileInfo, Storage, is_within, normalize_location
 from arrowlake.metastore.holders import holder_alive
 from arrowlake.metastore.inflight import write_id_of
 from arrowlake.metastore.records import epoch_ms, now_ms
 from arrowlake.metastore.store import Metastore
-from arrowlake.table import changelog
-from arrowlake.units import parse_duration_seconds
+from arrowlake.table.changelogs import producers as changelog
+from arrowlake.table.options.maintenance import parse_duration, warn_unsafe_orphan_age
+from arrowlake.table.options.primary_key import changelog_producer
 
 if TYPE_CHECKING:
-    from arrowlake.table.table import Table
+    from arrowlake.table.state import TableState
 
 
 @dataclass(frozen=True)
@@ -34,16 +34,7 @@ class ExpireResult:
     expired_consumers: list[str] = field(default_factory=list)
 
 
-def parse_duration(name: str, text: str) -> float:
-    """A table property holding a duration (see :mod:`arrowlake.units`: ``"3600"`` seconds,
-    ``"30 min"``, ``"7 d"``, ``"1h30m"``), in seconds."""
-    try:
-        return parse_duration_seconds(text)
-    except ValueError as exc:
-        raise ValidationError(f"Table property {name} = {text!r}: {exc}") from None
-
-
-def _consumer_holds(table: Table, candidates: list[int]) -> tuple[dict[str, list[int]],
+def _consumer_holds(table: TableState, candidates: list[int]) -> tuple[dict[str, list[int]],
                                                                  list[str]]:
     """Per unexpired consumer, the candidate snapshots it still needs; and the consumers
     expired now for idling longer than ``consumer.expiration``.
@@ -51,14 +42,14 @@ def _consumer_holds(table: Table, candidates: list[int]) -> tuple[dict[str, list
     A consumer resuming at snapshot N reads the files snapshots N, N+1, ... added and removed,
     and catch-up compares against snapshot N - 1: it needs every snapshot from N - 1 on.
     """
-    table_id = table._record.table_id
+    table_id = table.record.table_id
     expired: list[str] = []
-    limit = table._record.properties.get("consumer.expiration")
+    limit = table.record.properties.get("consumer.expiration")
     if limit is not None:
         seconds = parse_duration("consumer.expiration", limit)
-        expired = table._metastore.expire_consumers(
+        expired = table.metastore.expire_consumers(
             table_id, int((time.time() - seconds) * 1000))
-    consumers = table._metastore.consumers(table_id).to_pylist()
+    consumers = table.metastore.consumers(table_id).to_pylist()
     holds = {c["consumer"]: [s for s in candidates if s >= c["next_snapshot"] - 1]
              for c in consumers}
     return {c: held for c, held in holds.items() if held}, expired
@@ -103,7 +94,7 @@ def delete_reporting(storage: Storage, paths: list[str], sizes: list[int] | None
         progress(done, total)
 
 
-def expire_snapshots(table: Table, older_than: datetime | timedelta | None = None,
+def expire_snapshots(table: TableState, older_than: datetime | timedelta | None = None,
                      retain_last: int = 1, *,
                      progress: Callable[[int, int], None] | None = None) -> ExpireResult:
     """Remove snapshots committed before ``older_than``, keeping at least the ``retain_last``
@@ -113,7 +104,7 @@ def expire_snapshots(table: Table, older_than: datetime | timedelta | None = Non
     if retain_last < 1:
         raise ValidationError("retain_last must be at least 1: the current snapshot stays")
     table.refresh()
-    snaps = table.snapshots()
+    snaps = table.metastore.snapshots(table.record.table_id)
     if snaps.num_rows == 0:
         return ExpireResult([], [])
     candidates = snaps.slice(0, max(0, snaps.num_rows - retain_last))
@@ -121,9 +112,9 @@ def expire_snapshots(table: Table, older_than: datetime | timedelta | None = Non
     if cutoff is not None:
         committed = pc.cast(pc.cast(candidates.column("committed_at"), "timestamp[ms]"), "int64")
         candidates = candidates.filter(pc.less(committed, cutoff))
-    protected = set(table._metastore.tags(table._record.table_id).values())
+    protected = set(table.metastore.tags(table.record.table_id).values())
     protected.add(table.current_snapshot_id or -1)
-    if changelog.changelog_producer(table) == "full-compaction":
+    if changelog_producer(table) == "full-compaction":
         # The next full compaction's changelog is the difference from this one's state.
         protected.add(changelog.last_full_compaction(table) or -1)
     ids = [s for s in candidates.column("snapshot_id").to_pylist() if s not in protected]
@@ -131,11 +122,11 @@ def expire_snapshots(table: Table, older_than: datetime | timedelta | None = Non
     for held in kept.values():
         protected.update(held)
     expire = [s for s in ids if s not in protected]
-    paths = table._metastore.expire_snapshots(table._record.table_id, expire)
+    paths = table.metastore.expire_snapshots(table.record.table_id, expire)
     # The published Iceberg view's files that only expired snapshots used (arrowlake.iceberg).
-    paths += table._metastore.expire_iceberg(table._record.table_id)
-    storage = table._storage
-    absolute = [storage.join(table._record.location, p) for p in paths]
+    paths += table.metastore.expire_iceberg(table.record.table_id)
+    storage = table.storage
+    absolute = [storage.join(table.record.location, p) for p in paths]
     delete_reporting(storage, absolute, None, progress)
     return ExpireResult(expire, absolute, kept, expired_consumers)
 
@@ -174,22 +165,6 @@ def keep_own(listed: list[FileInfo], location: str, metastore: Metastore,
             and not any(is_within(f.path, other) for other in others)]
 
 
-#: Ages below this are unsafe for files no registration claims: files of tools that do not
-#: register their writes (older arrowlake versions, copies made by hand), clocks that disagree
-#: between the writer, the object store and this process, and listings that lag behind.
-SAFE_ORPHAN_AGE = timedelta(hours=1)
-
-
-def warn_unsafe_orphan_age(older_than: timedelta, where: str) -> None:
-    """Warn (:class:`UnsafeOrphanAge`) about an orphan age below :data:`SAFE_ORPHAN_AGE`."""
-    if older_than < SAFE_ORPHAN_AGE:
-        warnings.warn(UnsafeOrphanAge(
-            f"{where} of {older_than} is below {SAFE_ORPHAN_AGE}: arrowlake's own writes in "
-            "flight stay safe (they are registered in the metastore and their files are never "
-            "taken), but unreferenced files that a tool writing without registration is still "
-            "writing, or whose times a skewed clock misstates, can be deleted"), stacklevel=3)
-
-
 def check_older_than(older_than: timedelta) -> None:
     if not isinstance(older_than, timedelta):
         raise ValidationError(
@@ -200,7 +175,7 @@ def check_older_than(older_than: timedelta) -> None:
     warn_unsafe_orphan_age(older_than, "older_than")
 
 
-def orphans_of(table: Table, listed: list[FileInfo], older_than: timedelta, *,
+def orphans_of(table: TableState, listed: list[FileInfo], older_than: timedelta, *,
                dry_run: bool = False) -> list[FileInfo]:
     """The files of ``listed`` (the table's own, listed just before) that no snapshot
     references, that no write in flight may still commit, and that are older than
@@ -213,9 +188,9 @@ def orphans_of(table: Table, listed: list[FileInfo], older_than: timedelta, *,
     referenced by the time they are read), or revoked or ended without a commit. With
     ``dry_run`` nothing is revoked: dead registrations are only left out of the protected set.
     """
-    metastore = table._metastore
-    storage = table._storage
-    location = table._record.location
+    metastore = table.metastore
+    storage = table.storage
+    location = table.record.location
     if dry_run or metastore.read_only:
         writes = [w for w in metastore.live_writes()
                   if w["expires_at"] >= now_ms() and holder_alive(_Row(w)) is not False]
@@ -224,7 +199,7 @@ def orphans_of(table: Table, listed: list[FileInfo], older_than: timedelta, *,
         writes = metastore.live_writes()
     in_flight = {w["write_id"] for w in writes}
     referenced = {storage.join(location, p)
-                  for p in metastore.all_file_paths(table._record.table_id)}
+                  for p in metastore.all_file_paths(table.record.table_id)}
     cutoff = time.time() * 1000 - older_than.total_seconds() * 1000
     return [f for f in listed if f.path not in referenced
             and write_id_of(f.path) not in in_flight
@@ -238,7 +213,7 @@ class _Row:
         self.host, self.pid = row["host"], row["pid"]
 
 
-def remove_orphan_files(table: Table, older_than: timedelta = timedelta(days=1),
+def remove_orphan_files(table: TableState, older_than: timedelta = timedelta(days=1),
                         dry_run: bool = True, *,
                         progress: Callable[[int, int], None] | None = None) -> OrphanResult:
     """Files under the table's location that no snapshot references, that no write in flight
@@ -253,10 +228,10 @@ def remove_orphan_files(table: Table, older_than: timedelta = timedelta(days=1),
     """
     check_older_than(older_than)
     table.refresh()
-    storage = table._storage
+    storage = table.storage
     # list before reading references (see orphans_of)
-    listed = own_files(storage, table._record.location, table._metastore,
-                       table._record.table_id)
+    listed = own_files(storage, table.record.location, table.metastore,
+                       table.record.table_id)
     orphans = orphans_of(table, listed, older_than, dry_run=dry_run)
     orphans.sort(key=lambda f: f.path)
     paths = [f.path for f in orphans]

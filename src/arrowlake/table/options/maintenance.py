@@ -10,12 +10,39 @@ property is checked when it is set, so a malformed value fails then, never in th
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
-from arrowlake.errors import ValidationError
-from arrowlake.table.maintenance import parse_duration, warn_unsafe_orphan_age
+from arrowlake.errors import UnsafeOrphanAge, ValidationError
+from arrowlake.units import parse_duration_seconds
+
+
+def parse_duration(name: str, text: str) -> float:
+    """A table property holding a duration (see :mod:`arrowlake.units`: ``"3600"`` seconds,
+    ``"30 min"``, ``"7 d"``, ``"1h30m"``), in seconds."""
+    try:
+        return parse_duration_seconds(text)
+    except ValueError as exc:
+        raise ValidationError(f"Table property {name} = {text!r}: {exc}") from None
+
+
+#: Ages below this are unsafe for files no registration claims: files of tools that do not
+#: register their writes (older arrowlake versions, copies made by hand), clocks that disagree
+#: between the writer, the object store and this process, and listings that lag behind.
+SAFE_ORPHAN_AGE = timedelta(hours=1)
+
+
+def warn_unsafe_orphan_age(older_than: timedelta, where: str) -> None:
+    """Warn (:class:`UnsafeOrphanAge`) about an orphan age below :data:`SAFE_ORPHAN_AGE`."""
+    if older_than < SAFE_ORPHAN_AGE:
+        warnings.warn(UnsafeOrphanAge(
+            f"{where} of {older_than} is below {SAFE_ORPHAN_AGE}: arrowlake's own writes in "
+            "flight stay safe (they are registered in the metastore and their files are never "
+            "taken), but unreferenced files that a tool writing without registration is still "
+            "writing, or whose times a skewed clock misstates, can be deleted"), stacklevel=3)
+
 
 COMPACTION_MODE = "compaction.mode"
 COMPACTION_MODES = ("inline", "deferred", "off")

@@ -9,7 +9,7 @@ the source column.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -32,10 +32,11 @@ from arrowlake.expressions import (
 from arrowlake.merge import ROW_KIND, RowKind
 from arrowlake.metastore.inflight import registered_write
 from arrowlake.schema import conform
-from arrowlake.table.inputs import batch_stream
-from arrowlake.table.key_lookup import key_range_filter, literal_keys
-from arrowlake.table.pk_options import require_primary_key
-from arrowlake.table.primary_key import (
+from arrowlake.table.keys.lookup import key_range_filter, literal_keys
+from arrowlake.table.options.primary_key import require_primary_key
+from arrowlake.table.writes.commit import WriteResult
+from arrowlake.table.writes.inputs import batch_stream
+from arrowlake.table.writes.keyed import (
     REPLAN_ATTEMPTS,
     check_deletes_supported,
     commit_rows,
@@ -46,7 +47,7 @@ from arrowlake.table.primary_key import (
 )
 
 if TYPE_CHECKING:
-    from arrowlake.table.table import Table
+    from arrowlake.table.state import TableState
 
 
 @dataclass(frozen=True)
@@ -78,24 +79,29 @@ def _qualify(expr: Expr, source_names: Sequence[str]) -> Expr:
 class MergeBuilder:
     """Built by :meth:`Table.merge`; every ``when_*`` returns a new builder."""
 
-    table: Table
+    table: TableState
     source: pa.Table
     on: tuple[str, ...]
     clauses: tuple[_Clause, ...] = ()
+    # What follows the merge's commit (the facade's compaction of the buckets it touched).
+    after_commit: Callable[[TableState, WriteResult], WriteResult] | None = None
 
     @classmethod
-    def start(cls, table: Table, source: Any, on: str | Sequence[str]) -> MergeBuilder:
+    def start(cls, table: TableState, source: Any, on: str | Sequence[str], *,
+              after_commit: Callable[[TableState, WriteResult], WriteResult] | None = None
+              ) -> MergeBuilder:
         require_primary_key(table, "merge()")
         keys = (on,) if isinstance(on, str) else tuple(on)
-        if set(keys) != set(table.primary_key):
+        if set(keys) != set(table.record.primary_key):
             raise ValidationError(
-                f"merge(on={list(keys)}) must name the primary key {table.primary_key}")
+                f"merge(on={list(keys)}) must name the primary key "
+                f"{list(table.record.primary_key)}")
         schema, batches = batch_stream(source)
         src = pa.Table.from_batches(list(batches), schema=schema)
         missing = [k for k in keys if k not in src.column_names]
         if missing:
             raise ValidationError(f"The merge source lacks the key columns {missing}")
-        return cls(table, _conformed_source(table, src), keys)
+        return cls(table, _conformed_source(table, src), keys, after_commit=after_commit)
 
     def _add(self, clause: _Clause) -> MergeBuilder:
         return replace(self, clauses=(*self.clauses, clause))
@@ -123,7 +129,7 @@ class MergeBuilder:
 
     def when_matched_delete(self, where: Expr | str | None = None) -> MergeBuilder:
         """Delete matched rows (refused where the merge engine does not remove deleted keys,
-        see :func:`~arrowlake.table.primary_key.check_deletes_supported`)."""
+        see :func:`~arrowlake.table.writes.keyed.check_deletes_supported`)."""
         check_deletes_supported(self.table, "merge().when_matched_delete()")
         return self._add(_Clause(True, "delete", self._where(where), None))
 
@@ -205,7 +211,7 @@ class MergeBuilder:
         if not self.clauses:
             raise ValidationError("A merge needs at least one when_* clause")
         table = self.table
-        with registered_write(table._metastore, table._record.table_id, "merge"):
+        with registered_write(table.metastore, table.record.table_id, "merge"):
             for attempt in range(REPLAN_ATTEMPTS):
                 try:
                     return self._execute_once()
@@ -253,11 +259,13 @@ class MergeBuilder:
         # the outcome, so all of them are checked against commits landing meanwhile.
         result = commit_rows(table, rows, "merge", summary=counts, base=base,
                              on_rebase=conflict_on_touched_keys(table, self.source, base))
+        if self.after_commit is not None:
+            result = self.after_commit(table, result)
         return MergeResult(result.snapshot_id, counts["insert"], counts["update"],
                            counts["delete"], unchanged)
 
 
-def _conformed_source(table: Table, src: pa.Table) -> pa.Table:
+def _conformed_source(table: TableState, src: pa.Table) -> pa.Table:
     """The source with the columns the table also has cast to the table's types (safely:
     a value that does not fit raises :class:`SchemaMismatch` naming the column)."""
     shared = [c for c in src.column_names if c in table.schema.names]

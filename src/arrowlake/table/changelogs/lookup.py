@@ -1,5 +1,5 @@
 """The ``lookup`` changelog producer: exact changes with before-images, computed at write
-time (see :mod:`arrowlake.table.changelog` for what each producer writes).
+time (see :mod:`arrowlake.table.changelogs.producers` for what each producer writes).
 
 The versions of the keys a write touches are read (the new runs whole; of the committed runs
 only the touched buckets' rows whose key the write touches, files and row groups outside the
@@ -38,7 +38,7 @@ from arrowlake.scan.planning import TableView, file_schemas, file_tasks
 from arrowlake.scan.read import read_tagged
 from arrowlake.scan.split import FileTask, Split
 from arrowlake.schema import field_id
-from arrowlake.table.changelog_files import (
+from arrowlake.table.changelogs.files import (
     AFTER_COLUMN,
     UNCHANGED,
     Part,
@@ -47,8 +47,8 @@ from arrowlake.table.changelog_files import (
     start_parts,
     write_parts,
 )
-from arrowlake.table.key_lookup import key_range_filter
-from arrowlake.table.run_cache import (
+from arrowlake.table.keys.lookup import key_range_filter
+from arrowlake.table.keys.run_cache import (
     RUNS,
     DecodedRun,
     as_ints,
@@ -57,17 +57,16 @@ from arrowlake.table.run_cache import (
     keep_runs,
     run_cache_bytes,
 )
-from arrowlake.table.writes import _discard
 
 if TYPE_CHECKING:
-    from arrowlake.table.table import Table
+    from arrowlake.table.state import TableState
 
-def _key_stats_only(table: Table, files: Sequence[NewFile]) -> list[NewFile]:
+def _key_stats_only(table: TableState, files: Sequence[NewFile]) -> list[NewFile]:
     """Format-2 changelog files with the statistics of their key columns only: the other
     columns' hold only the rows with their own values, so they could not prune the rows
     referenced from the runs."""
     schema = table.schema
-    keep = {str(field_id(schema.field(k))) for k in table._record.primary_key}
+    keep = {str(field_id(schema.field(k))) for k in table.record.primary_key}
     keep.add(str(KIND_FIELD_ID))
     out = []
     for f in files:
@@ -78,10 +77,10 @@ def _key_stats_only(table: Table, files: Sequence[NewFile]) -> list[NewFile]:
     return out
 
 
-def _new_tasks(table: Table, runs: Sequence[NewFile], seq: int) -> list[FileTask]:
+def _new_tasks(table: TableState, runs: Sequence[NewFile], seq: int) -> list[FileTask]:
     """The written (not yet committed) runs as file tasks ordered after every committed run."""
-    storage, loc = table._storage, table._record.location
-    known = table._metastore.partition_ids(table._record.table_id)
+    storage, loc = table.storage, table.record.location
+    known = table.metastore.partition_ids(table.record.table_id)
     pids: dict[str, int] = {}
     fresh = iter(range(-1, -(1 << 30), -1))
     for f in runs:
@@ -171,7 +170,7 @@ class LookupChangelog:
                 *part[:3], pa.concat_tables([held[3], part[3].cast(held[3].schema)]))
             yield part
 
-    def add(self, table: Table, files: Sequence[NewFile]) -> None:
+    def add(self, table: TableState, files: Sequence[NewFile]) -> None:
         if self.referencing:
             files = _key_stats_only(table, files)
         for f in files:
@@ -182,21 +181,22 @@ def _order(where: _Where) -> tuple[str, int]:
     return where[0] or "", where[1]
 
 
-def _settle(table: Table, state: LookupChangelog, changed: Iterable[_Where] = ()) -> None:
+def _settle(table: TableState, state: LookupChangelog, changed: Iterable[_Where] = ()) -> None:
     """Bring the written files of ``state`` in line with its parts: the files of the parts
     ``changed`` and of parts no longer committed deleted, every missing one written. A
     changelog of no rows has no files; it is committed in format 1."""
     changed = set(changed)
     needed = set() if state.empty else {w for w, p in state.parts.items() if p[3].num_rows}
     for where in [w for w in state.written if w not in needed or w in changed]:
-        _discard(table, state.written.pop(where))
+        table.discard(state.written.pop(where))
     missing = [state.parts[w] for w in sorted(needed - set(state.written), key=_order)]
     if missing:
         state.add(table, write_parts(table, missing, referencing=state.referencing))
 
 
-def _start_lookup(table: Table, base: int | None, runs: dict[_Where, tuple[_Place, DecodedRun]],
-                  logs: list[DataFileWriter], dictionary: Sequence[str] | None = None
+def _start_lookup(table: TableState, base: int | None,
+                  runs: dict[_Where, tuple[_Place, DecodedRun]], logs: list[DataFileWriter],
+                  dictionary: Sequence[str] | None = None
                   ) -> LookupChangelog:
     """The lookup changelog of ``runs`` on snapshot ``base``, its parts handed to the write
     pool as they are computed, each writer appended to ``logs`` (the caller closes them and
@@ -209,7 +209,7 @@ def _start_lookup(table: Table, base: int | None, runs: dict[_Where, tuple[_Plac
     return state
 
 
-def finish_with_lookup(table: Table, base: int | None, writers: Sequence[DataFileWriter],
+def finish_with_lookup(table: TableState, base: int | None, writers: Sequence[DataFileWriter],
                        written: Sequence[tuple[DataFileWriter, pa.Table]]
                        ) -> tuple[list[NewFile], LookupChangelog]:
     """Finish the data ``writers`` (their runs ``written`` already on the write pool) while the
@@ -234,16 +234,16 @@ def finish_with_lookup(table: Table, base: int | None, writers: Sequence[DataFil
     except BaseException:
         for writer in [*writers, *logs]:
             writer.abort()
-        _discard(table, [*files, *changelog, *(state.files if state is not None else [])])
+        table.discard([*files, *changelog, *(state.files if state is not None else [])])
         raise
     keep_runs(table, runs)
     return files, state
 
 
-def _by_where(table: Table, pairs: Iterable[tuple[_Place, DecodedRun]]
+def _by_where(table: TableState, pairs: Iterable[tuple[_Place, DecodedRun]]
               ) -> dict[_Where, tuple[_Place, DecodedRun]]:
     """The runs per partition and bucket (several runs of one place joined, in order)."""
-    first = table._record.primary_key[0]
+    first = table.record.primary_key[0]
     fast = integer_like(table.schema.field(first).type)
     grouped: dict[_Where, tuple[_Place, list[DecodedRun]]] = {}
     for place, run in pairs:
@@ -349,11 +349,11 @@ def _plain_newest_wins(spec: MergeSpec) -> bool:
             and spec.sequence_field is None)
 
 
-def lookup_files(table: Table, base: int | None, runs: Sequence[NewFile]) -> LookupChangelog:
+def lookup_files(table: TableState, base: int | None, runs: Sequence[NewFile]) -> LookupChangelog:
     """The lookup changelog of written runs on snapshot ``base``, from their files (or the
     cache of decoded runs), its files written."""
-    rec = table._record
-    view = table._view(base, current_schema=True)
+    rec = table.record
+    view = table.view(base, current_schema=True)
     first = rec.primary_key[0]
     fast = integer_like(view.schema.field(first).type)
     fresh = _new_tasks(table, runs, (base or 0) + 1)
@@ -374,12 +374,12 @@ def lookup_files(table: Table, base: int | None, runs: Sequence[NewFile]) -> Loo
     except BaseException:
         for writer in logs:
             writer.abort()
-        _discard(table, [*changelog, *(state.files if state is not None else [])])
+        table.discard([*changelog, *(state.files if state is not None else [])])
         raise
     return state
 
 
-def _look_up(table: Table, base: int | None, runs: Mapping[_Where, tuple[_Place, DecodedRun]]
+def _look_up(table: TableState, base: int | None, runs: Mapping[_Where, tuple[_Place, DecodedRun]]
              ) -> tuple[Iterable[Part], _Tally | None]:
     """The exact changes that committing ``runs`` (their places and rows) on top of snapshot
     ``base`` makes, per partition and bucket (table columns + ``_row_kind`` codes), see the
@@ -390,9 +390,9 @@ def _look_up(table: Table, base: int | None, runs: Mapping[_Where, tuple[_Place,
     outside the written key range skipped by their statistics, or found in the cache of
     decoded runs). Partitions are found as they are now: one created since the runs were
     written holds the versions another writer committed there."""
-    rec = table._record
-    view = table._view(base, current_schema=True)
-    known = table._metastore.partition_ids(rec.table_id)
+    rec = table.record
+    view = table.view(base, current_schema=True)
+    known = table.metastore.partition_ids(rec.table_id)
     pids: dict[str, int] = {}
     fresh = iter(range(-1, -(1 << 30), -1))
     place: dict[_Unit, tuple[str | None, str | None, int]] = {}
@@ -408,16 +408,16 @@ def _look_up(table: Table, base: int | None, runs: Mapping[_Where, tuple[_Place,
     return _lookup(table, view, base, new, place)
 
 
-def _lookup(table: Table, view: TableView, base: int | None,
+def _lookup(table: TableState, view: TableView, base: int | None,
             new: Sequence[tuple[_Unit, DecodedRun]],
             place: Mapping[_Unit, tuple[str | None, str | None, int]]
             ) -> tuple[Iterable[Part], _Tally | None]:
     """The changes of the new runs ``new`` (their unit and rows, ordered after every run of
     snapshot ``base``), per unit at ``place``; in format 2 (see :data:`AFTER_COLUMN`) with
     the tally of the rows they yield (counted as the parts are taken)."""
-    rec = table._record
+    rec = table.record
     key = list(rec.primary_key)
-    spec = table._merge_spec()
+    spec = table.merge_spec()
     assert spec is not None  # a primary-key table
     names = view.schema.names
     first = key[0]
@@ -446,7 +446,7 @@ def _lookup(table: Table, view: TableView, base: int | None,
         touched[unit] = rows.keys if rows.sorted_unique else np.unique(rows.keys)
     committed: list[FileTask] = []
     if base is not None and touched:
-        live = table._metastore.live_files(
+        live = table.metastore.live_files(
             rec.table_id, base, buckets=sorted({b for _, b in touched if b is not None}))
         if live.num_rows:
             committed = [t for t in file_tasks(view, live)
@@ -585,7 +585,7 @@ def _newest_wins_changes(names: Sequence[str], key: Sequence[str], new: DecodedR
     return pa.Table.from_arrays(arrays, names=[*columns, ROW_KIND, AFTER_COLUMN])
 
 
-def rebase(table: Table, state: LookupChangelog, added: pa.Table) -> bool:
+def rebase(table: TableState, state: LookupChangelog, added: pa.Table) -> bool:
     """Bring a lookup changelog up to date with the commits that landed after the snapshot it
     was computed on; called inside the commit's transaction, which holds the table, with the
     files those commits added (``added``). Returns whether its files changed.
@@ -596,12 +596,12 @@ def rebase(table: Table, state: LookupChangelog, added: pa.Table) -> bool:
     after-images) of the keys it wrote: of the write's keys, those are looked up again on the
     current snapshot, and their changes replace theirs. A commit that removed files otherwise
     (an overwrite) may have changed any key: everything is looked up again."""
-    rec = table._record
+    rec = table.record
     seen = state.looked_up_at
-    current = table._metastore.current_snapshot_id(rec.table_id)
+    current = table.metastore.current_snapshot_id(rec.table_id)
     if current is None or current == seen:
         return False
-    snaps = table._metastore.snapshots(rec.table_id).select(
+    snaps = table.metastore.snapshots(rec.table_id).select(
         ["snapshot_id", "kind", "removed_files"])
     if seen is not None:
         snaps = snaps.filter(pc.greater(snaps.column("snapshot_id"), seen))
@@ -625,13 +625,13 @@ def rebase(table: Table, state: LookupChangelog, added: pa.Table) -> bool:
     return True
 
 
-def _rewritten(table: Table, state: LookupChangelog, current: int, new: pa.Table
+def _rewritten(table: TableState, state: LookupChangelog, current: int, new: pa.Table
                ) -> dict[_Where, np.ndarray]:
     """Per partition and bucket of the write, the positions of its rows whose key one of the
     runs ``new`` wrote (compared on the first key column: for a composite key a superset,
     which costs a little work and changes nothing)."""
-    rec = table._record
-    view = table._view(current, current_schema=True)
+    rec = table.record
+    view = table.view(current, current_schema=True)
     first = rec.primary_key[0]
     first_type = view.schema.field(first).type
     fast = integer_like(first_type)
@@ -694,7 +694,7 @@ def _rewritten(table: Table, state: LookupChangelog, current: int, new: pa.Table
     return hit
 
 
-def _look_up_again(table: Table, state: LookupChangelog, current: int,
+def _look_up_again(table: TableState, state: LookupChangelog, current: int,
                    hit: Mapping[_Where, np.ndarray] | None) -> None:
     """The changes of the write's rows at the positions ``hit`` (every row when None)
     computed again on snapshot ``current``, replacing theirs, and the changelog files of the
@@ -721,7 +721,7 @@ def _look_up_again(table: Table, state: LookupChangelog, current: int,
         state.referencing = tally is not None
         state.additions = tally.additions if tally is not None else 0
     else:
-        first = table._record.primary_key[0]
+        first = table.record.primary_key[0]
         for where, at in hit.items():
             keys = runs[where][1].rows.column(first).combine_chunks()
             part: Part | None = got.get(where)

@@ -37,8 +37,8 @@ from arrowlake.merge.versions import sortable_key
 from arrowlake.scan.read import file_fragment
 from arrowlake.scan.split import FileTask
 from arrowlake.schema import field_id
-from arrowlake.table import key_index
-from arrowlake.table.key_index import KeyIndex
+from arrowlake.table.keys import index as key_index
+from arrowlake.table.keys.index import KeyIndex
 
 _POSITION = "_al_position"
 _INCOMING = "_al_incoming"
@@ -71,7 +71,7 @@ def locate(storage: Storage, files: Sequence[FileTask], file_schemas: dict[int, 
     (one bucket's live files, with their vectors). With ``columns``, their values are read too
     (in ``schema``, the table's current schema). ``group`` names the bucket (all of whose
     live files ``files`` must be) to look it up in its key index
-    (:mod:`arrowlake.table.key_index`)."""
+    (:mod:`arrowlake.table.keys.index`)."""
     keys_image = sortable_key(keys, key)
     if group is not None and keys_image is not None and files:
         index = _index(storage, files, file_schemas, schema, key, group)
@@ -115,7 +115,7 @@ def index_group(group: Hashable, schema: pa.Schema, key: Sequence[str]) -> Hasha
 
 
 def state_of(files: Sequence[FileTask]) -> key_index.State:
-    """The state of a bucket with live files ``files`` (see :mod:`arrowlake.table.key_index`)."""
+    """The state of a bucket with live files ``files`` (see :mod:`arrowlake.table.keys.index`)."""
     return frozenset((t.path, t.deletes.cardinality if t.deletes is not None else 0)
                      for t in files)
 

@@ -2,7 +2,7 @@
 
 In a table with ``deletion-vectors.enabled`` every key lives in at most one live row. A write
 (upsert, delete, change data, MERGE INTO: everything that reaches :func:`commit_on_write`)
-resolves each key it writes against that row (:mod:`arrowlake.table.key_lookup`), writes one
+resolves each key it writes against that row (:mod:`arrowlake.table.keys.lookup`), writes one
 file per partition and bucket holding only the rows that change, and marks the replaced rows
 deleted in their files' deletion vectors, in the same commit. Readers then read files minus
 deleted positions, with no merge (:mod:`arrowlake.scan.deleted_rows`).
@@ -49,8 +49,9 @@ from arrowlake.metastore.inflight import new_file_name
 from arrowlake.metastore.records import NewFile, NewVector, SnapshotChange, StaleVectors
 from arrowlake.scan.planning import TableView, file_tasks
 from arrowlake.scan.split import FileTask
-from arrowlake.table import key_index
-from arrowlake.table.key_lookup import (
+from arrowlake.table.changelogs.files import write_changelog
+from arrowlake.table.keys import index as key_index
+from arrowlake.table.keys.lookup import (
     Matches,
     Written,
     index_group,
@@ -59,12 +60,12 @@ from arrowlake.table.key_lookup import (
     match_keys,
     remember_written,
 )
-from arrowlake.table.pk_options import merge_engine, sequence_field
-from arrowlake.table.sorted_runs import run_groups, start_group_writers
-from arrowlake.table.writes import WriteResult, _discard
+from arrowlake.table.keys.runs import run_groups, start_group_writers
+from arrowlake.table.options.primary_key import changelog_producer, merge_engine, sequence_field
+from arrowlake.table.writes.plain import WriteResult
 
 if TYPE_CHECKING:
-    from arrowlake.table.table import Table
+    from arrowlake.table.state import TableState
 
 #: How often a write looks its keys up again after other commits changed its buckets.
 ATTEMPTS = 50
@@ -99,7 +100,7 @@ class _Plan:
         return sum(g[2].num_rows for g in self.groups)
 
 
-def commit_on_write(table: Table, rows: pa.Table, kind: str, *, commit_id: str | None = None,
+def commit_on_write(table: TableState, rows: pa.Table, kind: str, *, commit_id: str | None = None,
                     summary: dict[str, Any] | None = None, base: int | None = None,
                     on_rebase: Callable[[pa.Table], None] | None = None,
                     changelog: Sequence[NewFile] = ()) -> WriteResult:
@@ -140,9 +141,9 @@ def commit_on_write(table: Table, rows: pa.Table, kind: str, *, commit_id: str |
             # A retry plans on a newer snapshot, so the commit checks only what lands after
             # it: the commits since the caller's decision are checked here (a delete or
             # merge must not commit a decision a commit in between made stale).
-            _own_check(table, decided_on, on_rebase, table._metastore.files_added_between(
-                None, table._record.table_id, decided_on, base))
-        view = table._view(base, current_schema=True)
+            _own_check(table, decided_on, on_rebase, table.metastore.files_added_between(
+                None, table.record.table_id, decided_on, base))
+        view = table.view(base, current_schema=True)
 
         def plan_now(view: TableView = view) -> _Plan:
             return _plan(table, view, incoming, engine, seq_field)
@@ -161,7 +162,7 @@ def commit_on_write(table: Table, rows: pa.Table, kind: str, *, commit_id: str |
             plan.groups = additions
         else:
             plan = plan_now()
-            _discard(table, [*files, *graves])
+            table.discard([*files, *graves])
             files, graves = [], []
             written, _ = _write(table, plan.groups)
             files = written.files
@@ -171,7 +172,7 @@ def commit_on_write(table: Table, rows: pa.Table, kind: str, *, commit_id: str |
         if not files and not vectors and not graves and not changelog:
             return None
         return SnapshotChange(
-            kind=kind, schema_id=table._record.current_schema_id, add=files,
+            kind=kind, schema_id=table.record.current_schema_id, add=files,
             vectors=vectors, tombstones=graves,
             removed_rows=sum(v.new_positions for v in vectors),
             commit_id=commit_id, changelog=changelog,
@@ -183,14 +184,14 @@ def commit_on_write(table: Table, rows: pa.Table, kind: str, *, commit_id: str |
         result = None
         for attempt in range(ATTEMPTS):
             try:
-                if attempt < FREE_ATTEMPTS or not table._metastore.can_hold:
+                if attempt < FREE_ATTEMPTS or not table.metastore.can_hold:
                     change = prepare(base)
                     if change is None:
                         return WriteResult(None, kind)
-                    result = table._metastore.commit(table._record.table_id, base, change)
+                    result = table.metastore.commit(table.record.table_id, base, change)
                 else:
                     # Others keep landing first: plan and commit holding the table.
-                    result = table._metastore.commit_holding(table._record.table_id, prepare)
+                    result = table.metastore.commit_holding(table.record.table_id, prepare)
                     if result is None:
                         return WriteResult(None, kind)
             except StaleVectors:
@@ -209,7 +210,7 @@ def commit_on_write(table: Table, rows: pa.Table, kind: str, *, commit_id: str |
                 "time other commits changed the buckets it writes before it could commit; the "
                 "table is unchanged by it. Retry later")
         if result.duplicate:
-            _discard(table, [*files, *graves, *changelog])
+            table.discard([*files, *graves, *changelog])
             _forget(table, puffin_path)
         else:
             _advance_indexes(table, plan, written, vectors)
@@ -220,11 +221,31 @@ def commit_on_write(table: Table, rows: pa.Table, kind: str, *, commit_id: str |
                            buckets=tuple(sorted({b for _, b, _ in incoming})),
                            added_bytes=sum(f.file_size for f in files))
     except BaseException:
-        _discard(table, [*files, *graves, *changelog])
+        table.discard([*files, *graves, *changelog])
         raise
 
 
-def write_tombstones(table: Table, rows: pa.Table) -> list[NewFile]:
+def commit_with_changelog(table: TableState, rows: pa.Table, kind: str, *,
+                          commit_id: str | None = None, summary: dict[str, Any] | None = None,
+                          base: int | None = None,
+                          on_rebase: Callable[[pa.Table], None] | None = None) -> WriteResult:
+    """:func:`~arrowlake.table.writes.on_write.commit_on_write` with what the table's changelog
+    producer records: ``input`` the rows as given (changelog files committed with the write),
+    ``full-compaction`` that the snapshot has no changelog; nothing for the others."""
+    producer = changelog_producer(table)
+    if producer not in ("input", "full-compaction"):
+        return commit_on_write(table, rows, kind, commit_id=commit_id, summary=summary,
+                               base=base, on_rebase=on_rebase)
+    noted = {**(summary or {}), "changelog": producer}
+    if producer == "full-compaction" or rows.num_rows == 0:
+        return commit_on_write(table, rows, kind, commit_id=commit_id, summary=noted,
+                               base=base, on_rebase=on_rebase)
+    # commit_on_write deletes these files whenever the commit does not happen.
+    return commit_on_write(table, rows, kind, commit_id=commit_id, summary=noted, base=base,
+                           on_rebase=on_rebase, changelog=write_changelog(table, rows))
+
+
+def write_tombstones(table: TableState, rows: pa.Table) -> list[NewFile]:
     """Tombstone files (content ``tombstone``, never scanned) of ``rows``: retractions (table
     schema + ``_row_kind``) whose key and sequence value keep versions arriving later with an
     older sequence value deleted, as a write's own deletes leave them."""
@@ -234,13 +255,13 @@ def write_tombstones(table: Table, rows: pa.Table) -> list[NewFile]:
     return [replace(f, content="tombstone") for f in written.files]
 
 
-def _own_check(table: Table, base: int | None, own: Callable[[pa.Table], None],
+def _own_check(table: TableState, base: int | None, own: Callable[[pa.Table], None],
                added: pa.Table) -> None:
     """The write's own check (a delete's or merge's: did the rows it decided on change?)
     against the commits since ``base`` that added ``added``. In this mode a replaced or
     deleted row changes its file's vector, not only the files added: files whose vector grew
     since ``base`` count as new versions of the keys they hold."""
-    marked = table._metastore.files_with_vectors_after(table._record.table_id, base)
+    marked = table.metastore.files_with_vectors_after(table.record.table_id, base)
     if marked.num_rows:
         newest = pa.array(np.full(marked.num_rows, np.iinfo(np.int64).max, np.int64))
         marked = marked.set_column(marked.schema.get_field_index("seq_max"), "seq_max", newest)
@@ -248,7 +269,7 @@ def _own_check(table: Table, base: int | None, own: Callable[[pa.Table], None],
     own(added)
 
 
-def _rebase_check(table: Table, base: int | None, incoming: Sequence[_Group],
+def _rebase_check(table: TableState, base: int | None, incoming: Sequence[_Group],
                   own: Callable[[pa.Table], None] | None) -> Callable[[pa.Table], None]:
     """The commit's check when others landed since ``base``: the write's own (see
     :func:`_own_check`), then whether its lookups are stale."""
@@ -271,9 +292,9 @@ def _partition_json(values: Sequence[pa.Scalar]) -> str:
     return json.dumps([encode_partition_value(v) for v in values])
 
 
-def _plan(table: Table, view: TableView, incoming: Sequence[_Group], engine: MergeEngine,
+def _plan(table: TableState, view: TableView, incoming: Sequence[_Group], engine: MergeEngine,
           seq_field: str | None) -> _Plan:
-    rec = table._record
+    rec = table.record
     key = list(rec.primary_key)
     buckets = sorted({bucket for _, bucket, _ in incoming})
     live = view.metastore.live_files(rec.table_id, view.snapshot_id, buckets=buckets)
@@ -423,7 +444,7 @@ def _merge_with_live(plan: _Plan, values: tuple[pa.Scalar, ...], bucket: int, ru
     plan.replaced += int(changed[at_merged].sum())
 
 
-def _write(table: Table, groups: Sequence[_Group], during: Callable[[], _T] | None = None
+def _write(table: TableState, groups: Sequence[_Group], during: Callable[[], _T] | None = None
            ) -> tuple[_Written, _T | None]:
     """The new rows of every group as one file in its partition's bucket (table schema, no
     row-kind column: every row of a merge-on-write file is live until a vector says not);
@@ -436,8 +457,8 @@ def _write(table: Table, groups: Sequence[_Group], during: Callable[[], _T] | No
         return started, (during() if during is not None else None)
 
     files, (started, result) = write_started(start)
-    rec = table._record
-    images = remember_written(table._storage, rec.location, started, table.schema,
+    rec = table.record
+    images = remember_written(table.storage, rec.location, started, table.schema,
                               lookup_columns(rec.primary_key, rec.partition_by))
     return _Written(files, images), result
 
@@ -450,11 +471,11 @@ class _Written:
     images: Written = field(default_factory=dict)
 
 
-def _advance_indexes(table: Table, plan: _Plan, written: _Written,
+def _advance_indexes(table: TableState, plan: _Plan, written: _Written,
                      vectors: Sequence[NewVector]) -> None:
     """After the commit of ``plan``: each group's key index as the commit left the group (its
     deleted rows out, its new files' keys in), for the next write of this process."""
-    rec = table._record
+    rec = table.record
     key = lookup_columns(rec.primary_key, rec.partition_by)
     grown = {plan.tasks[v.file_id].path: v.cardinality for v in vectors}
     for (part, bucket), found in plan.lookups.items():
@@ -472,10 +493,10 @@ def _advance_indexes(table: Table, plan: _Plan, written: _Written,
             removed, [(path, image) for path, image in added if image is not None], state))
 
 
-def _vectors(table: Table, plan: _Plan) -> tuple[list[NewVector], str | None]:
+def _vectors(table: TableState, plan: _Plan) -> tuple[list[NewVector], str | None]:
     """Each touched file's new cumulative vector (its old positions and the new ones); vectors
     over :data:`~arrowlake.io.deletion_vectors.INLINE_LIMIT` bytes go in one Puffin file."""
-    storage = table._storage
+    storage = table.storage
     out: list[tuple[int, int, int, int | None, bytes]] = []
     for fid, parts in plan.deletes.items():
         task = plan.tasks[fid]
@@ -491,7 +512,7 @@ def _vectors(table: Table, plan: _Plan) -> tuple[list[NewVector], str | None]:
     locations: dict[int, puffin.BlobLocation] = {}
     if large:
         relative = f"vectors/{new_file_name('puffin')}"
-        path = storage.join(table._record.location, relative)
+        path = storage.join(table.record.location, relative)
         written = puffin.write_puffin(storage, path, [
             puffin.Blob(blob, dv.BLOB_TYPE, {"referenced-data-file": plan.tasks[fid].path,
                                              "cardinality": str(card)})
@@ -508,10 +529,10 @@ def _vectors(table: Table, plan: _Plan) -> tuple[list[NewVector], str | None]:
     return vectors, relative
 
 
-def _forget(table: Table, relative: str | None) -> None:
+def _forget(table: TableState, relative: str | None) -> None:
     """Delete a Puffin file written for a commit that did not happen."""
     if relative is not None:
-        _discard(table, [NewFile(relative, 0, 0, 0)])
+        table.discard([NewFile(relative, 0, 0, 0)])
 
 
-__all__ = ["commit_on_write", "write_tombstones"]
+__all__ = ["commit_on_write", "commit_with_changelog", "write_tombstones"]

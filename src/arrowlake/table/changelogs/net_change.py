@@ -4,8 +4,8 @@
 may differ between two snapshots; a stream's catch-up reads those merged
 (:mod:`arrowlake.streaming.catchup`), and :func:`net_change` reads those of a deletion-vector
 table at both snapshots without any merge (files minus deleted positions), for its
-``full-compaction`` changelog (:mod:`arrowlake.table.vector_changelog`). Both compare the two
-states with :func:`~arrowlake.table.changelog_files.diff`, vectorized.
+``full-compaction`` changelog (:mod:`arrowlake.table.changelogs.vectors`). Both compare the two
+states with :func:`~arrowlake.table.changelogs.files.diff`, vectorized.
 """
 
 from __future__ import annotations
@@ -19,48 +19,48 @@ import pyarrow.compute as pc
 from arrowlake.expressions import AlwaysTrue
 from arrowlake.scan.planning import file_tasks, make_splits
 from arrowlake.scan.read import read_split_table
-from arrowlake.table.changelog_files import diff
+from arrowlake.table.changelogs.files import diff
 
 if TYPE_CHECKING:
-    from arrowlake.table.table import Table
+    from arrowlake.table.state import TableState
 
 #: Snapshot kinds that never change rows (a compaction rewrites them).
 NO_CHANGE_KINDS = frozenset({"compact"})
 
 
-def net_change(table: Table, start: int | None, end: int) -> pa.Table:
+def net_change(table: TableState, start: int | None, end: int) -> pa.Table:
     """What turns the rows of a deletion-vector table at ``start`` (None: no rows) into those
     at ``end`` (table columns + ``_row_kind``, see
-    :func:`~arrowlake.table.changelog_files.diff`), in the current schema."""
-    ms, tid = table._metastore, table._record.table_id
+    :func:`~arrowlake.table.changelogs.files.diff`), in the current schema."""
+    ms, tid = table.metastore, table.record.table_id
     after = ms.live_files(tid, end)
     before = ms.live_files(tid, start) if start is not None else None
     if before is not None:
         units = pc.unique(unit_ids(changed_files(table, start or 0, end)))
         after, before = in_units(after, units), in_units(before, units)
-    key = list(table._record.primary_key)
+    key = list(table.record.primary_key)
     return diff(_live_rows(table, start, before), _live_rows(table, end, after), key)
 
 
-def _live_rows(table: Table, snapshot: int | None, files: pa.Table | None) -> pa.Table:
+def _live_rows(table: TableState, snapshot: int | None, files: pa.Table | None) -> pa.Table:
     """The rows of ``files`` at ``snapshot`` (minus deleted positions), current schema."""
     schema = table.schema
     if snapshot is None or files is None or files.num_rows == 0:
         return schema.empty_table()
-    view = table._view(snapshot, current_schema=True)
+    view = table.view(snapshot, current_schema=True)
     splits = make_splits(view, file_tasks(view, files), columns=schema.names,
                          expr=AlwaysTrue(), target_bytes=1 << 62)
     return pa.concat_tables([read_split_table(s) for s in splits])
 
 
-def changed_files(table: Table, start: int, end: int,
+def changed_files(table: TableState, start: int, end: int,
                   snapshots: Sequence[dict[str, Any]] | None = None) -> pa.Table:
     """Data files (:data:`~arrowlake.metastore.store.FILE_SCHEMA`) whose partitions and
     buckets hold every row that may differ between snapshots ``start`` and ``end``: the files
     the snapshots in between added or removed, except compactions' (they move rows, changing
     none), and with deletion vectors the files whose vectors grew since ``start`` (a delete
     adds no file). ``snapshots``: those in ``(start, end]``, when already fetched."""
-    ms, tid = table._metastore, table._record.table_id
+    ms, tid = table.metastore, table.record.table_id
     if snapshots is None:
         snapshots = ms.snapshots_after(tid, start, limit=max(end - start, 1), upto=end)
     added, removed = ms.files_changed(tid, start, end)
@@ -72,7 +72,7 @@ def changed_files(table: Table, start: int, end: int,
         removed = removed.filter(pc.invert(pc.is_in(removed.column("removed_snapshot"),
                                                     skipped)))
     files = pa.concat_tables([added, removed])
-    if table._record.deletion_vectors:
+    if table.record.deletion_vectors:
         marked = ms.files_with_vectors_after(tid, start)
         files = pa.concat_tables([files, marked.cast(files.schema)])
     return files

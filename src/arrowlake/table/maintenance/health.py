@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import bisect
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -21,10 +20,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from arrowlake.io.writer import WriteOptions
-from arrowlake.table.maintenance_policy import maintenance_policy
+from arrowlake.table.options.maintenance import maintenance_policy
 
 if TYPE_CHECKING:
-    from arrowlake.table.table import Table
+    from arrowlake.table.state import TableState
 
 #: A file smaller than this fraction of ``write.target-file-size`` counts as small.
 SMALL_FILE_FRACTION = 0.25
@@ -60,16 +59,6 @@ class IcebergStatus:
     published_snapshot: int | None  # the snapshot its current published metadata describes
     current: bool  # whether that metadata describes the table as it is now
     publish_on_maintain: bool  # iceberg.publish: arrowlake maintain keeps it current
-
-
-#: Tells a table's :class:`IcebergStatus`; set by :mod:`arrowlake.iceberg` (a layer above
-#: tables) when it is imported.
-_iceberg_status: Callable[[Table], IcebergStatus] | None = None
-
-
-def register_iceberg_status(status: Callable[[Table], IcebergStatus]) -> None:
-    global _iceberg_status
-    _iceberg_status = status
 
 
 @dataclass(frozen=True)
@@ -133,10 +122,12 @@ def _age(now: float, ms: Any) -> float | None:
     return None if ms is None else max(0.0, now - ms.timestamp())
 
 
-def table_health(table: Table) -> TableHealth:
+def table_health(table: TableState, iceberg: IcebergStatus | None = None) -> TableHealth:
+    """The table's health; ``iceberg``: its Iceberg view's status, when known (the facade asks
+    :mod:`arrowlake.iceberg`, a layer above)."""
     table.refresh()
-    rec = table._record
-    store = table._metastore
+    rec = table.record
+    store = table.metastore
     snapshot = table.current_snapshot_id
     files = store.live_files(rec.table_id, snapshot)
     now = time.time()
@@ -177,4 +168,4 @@ def table_health(table: Table) -> TableHealth:
         newest_snapshot_age_seconds=_age(now, committed[-1]) if committed else None,
         consumers=consumers, maintenance=actions,
         bucket_leases=len(store.bucket_leases(rec.table_id)),
-        iceberg=None if _iceberg_status is None else _iceberg_status(table))
+        iceberg=iceberg)
