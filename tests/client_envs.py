@@ -32,7 +32,8 @@ ICEBERG_SPARK_RUNTIME = "org.apache.iceberg:iceberg-spark-runtime-4.1_2.13:1.12.
 DUCKDB_ICEBERG = "1.5.5"
 
 #: Requirements per environment. ``spark41`` also holds arrowlake's own dependencies, so tests
-#: can run our data source on PySpark 4.1 with ``src/`` on the path.
+#: can run our data source on PySpark 4.1 with ``src/`` on the path, and pytest, so that
+#: tests/spark/test_spark_lowest.py runs the Spark test files themselves there.
 ENVIRONMENTS: dict[str, list[str]] = {
     "spark41": [
         f"pyspark[connect]=={PYSPARK_LOWEST}",
@@ -43,6 +44,9 @@ ENVIRONMENTS: dict[str, list[str]] = {
         "pyroaring>=1.0",
         "obstore>=0.6",
         "psycopg[binary]>=3.1",
+        "pytest>=8",
+        "pytest-timeout>=2.2",
+        "hypothesis>=6.100",
     ],
     "iceberg-clients": [
         "pyiceberg[pyarrow]==0.12.0",

@@ -16,6 +16,13 @@ import arrowlake as al
 
 pytest.importorskip("pyspark")
 
+from arrowlake.spark.stream import ADMISSION_CONTROL
+
+#: Tests that need read limits (maxSnapshotsPerTrigger, ...) or consumers, which PySpark 4.1
+#: lacks for Python stream readers (tests/spark/test_spark_lowest.py runs this file there).
+needs_pyspark_42 = pytest.mark.skipif(
+    not ADMISSION_CONTROL, reason="PySpark 4.1: no read limits for Python stream readers")
+
 ORDERS = pa.schema([("order_id", pa.int64()), ("day", pa.string()), ("amount", pa.int64())])
 
 
@@ -57,6 +64,7 @@ def by_id(rows):
     return sorted(rows, key=lambda r: (r["order_id"], KIND_ORDER[r["_row_kind"]]))
 
 
+@needs_pyspark_42
 def test_stream_reads_full_state_then_each_snapshot_with_row_kinds(spark, lake_path, tmp_path):
     lake = al.connect(lake_path)
     # No inline compaction: every snapshot below is a write, one batch each.
@@ -86,6 +94,7 @@ def test_stream_reads_full_state_then_each_snapshot_with_row_kinds(spark, lake_p
         [{"order_id": 9, "day": "d1", "amount": 1, "_row_kind": "+I"}]]
 
 
+@needs_pyspark_42
 def test_admission_control_and_starting_snapshot(spark, lake_path, tmp_path):
     lake = al.connect(lake_path)
     t = lake.create_table("shop.log", ORDERS)
@@ -102,6 +111,7 @@ def test_admission_control_and_starting_snapshot(spark, lake_path, tmp_path):
     assert sum(len(b) for b in rows) == 0
 
 
+@needs_pyspark_42
 def test_consumer_progress_is_committed_to_the_metastore(spark, lake_path, tmp_path):
     lake = al.connect(lake_path)
     t = lake.create_table("shop.log", ORDERS)
@@ -246,6 +256,7 @@ query.awaitTermination()
 '''
 
 
+@needs_pyspark_42
 def test_a_query_killed_and_restarted_from_its_checkpoint_writes_every_row_once(
         spark, lake_path, tmp_path):
     """A query in its own process (own local Spark) is SIGKILLed mid-run, then restarted from
@@ -277,6 +288,7 @@ def test_a_query_killed_and_restarted_from_its_checkpoint_writes_every_row_once(
     assert ids == list(range(105))
 
 
+@needs_pyspark_42
 def test_streams_prune_by_the_filter_option_and_read_only_the_columns_asked_for(
         spark, lake_path, tmp_path):
     """As batch reads: ``filter`` prunes each change's files (a partition whose file is gone
@@ -306,3 +318,37 @@ def test_streams_prune_by_the_filter_option_and_read_only_the_columns_asked_for(
     with pytest.raises(Exception, match="cannot be read"):  # unfiltered, they are opened
         collect_batches(source(spark, lake_path, "shop.parts", columns="order_id"),
                         tmp_path / "unfiltered")
+
+
+def test_streams_without_read_limits_and_what_pyspark_41_refuses(spark, lake_path, tmp_path):
+    """What every PySpark we claim does: the first batch is the table, each later run reads
+    what was committed since, a restart from the checkpoint reads nothing twice. Where
+    PySpark gives Python stream readers no read limits (4.1), the options that need them are
+    refused saying so, when the query starts."""
+    lake = al.connect(lake_path)
+    t = lake.create_table("shop.orders", ORDERS, primary_key=["order_id"])
+    t.upsert(orders(range(3)))
+    t.upsert(orders([1], amount=5))
+    ck = tmp_path / "ck"
+    df = source(spark, lake_path, "shop.orders", includeRowKind="true")
+    [first] = collect_batches(df, ck)
+    assert by_id(first) == [
+        {"order_id": 0, "day": "d1", "amount": 1, "_row_kind": "+I"},
+        {"order_id": 1, "day": "d1", "amount": 5, "_row_kind": "+I"},
+        {"order_id": 2, "day": "d1", "amount": 1, "_row_kind": "+I"}]
+    assert collect_batches(df, ck) == []              # nothing new: no batch
+    t.upsert(orders([2], amount=7))
+    t.delete("order_id = 0")
+    later = [r for b in collect_batches(df, ck) for r in b]
+    assert by_id(later) == [
+        {"order_id": 0, "day": "d1", "amount": 1, "_row_kind": "-D"},
+        {"order_id": 2, "day": "d1", "amount": 1, "_row_kind": "-U"},
+        {"order_id": 2, "day": "d1", "amount": 7, "_row_kind": "+U"}]
+    if ADMISSION_CONTROL:
+        return
+    for option, message in (("maxSnapshotsPerTrigger", "need PySpark 4.2 or later"),
+                            ("maxRowsPerTrigger", "need PySpark 4.2 or later"),
+                            ("consumer", "Option consumer needs PySpark 4.2 or later")):
+        with pytest.raises(Exception, match=message):
+            collect_batches(source(spark, lake_path, "shop.orders", **{option: "2"}),
+                            tmp_path / option)

@@ -61,7 +61,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StringType, StructField, StructType
 
-from arrowlake.errors import ValidationError
+from arrowlake.errors import ArrowlakeError, ValidationError
 from arrowlake.lazy import lazy_module
 from arrowlake.scan.split import Split
 from arrowlake.spark.pipelines import pipeline_options
@@ -199,6 +199,14 @@ class ArrowlakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 f"later: PySpark {_pyspark_version()} gives Python stream readers no read "
                 "limits (pyspark.sql.streaming.datasource is missing). Drop the option (each "
                 "batch then reads every snapshot committed since the last one) or upgrade")
+        if not ADMISSION_CONTROL and self.consumer is not None:
+            raise ValidationError(
+                f"Option consumer needs PySpark 4.2 or later: PySpark {_pyspark_version()} "
+                "tells a Python stream reader neither where a batch starts nor when the last "
+                "batch of an availableNow run is done, so the consumer's progress would lag "
+                "and a query resuming from it would read a batch twice. Drop the option (the "
+                "checkpoint keeps the query's place; table.stream(consumer=...) keeps a "
+                "consumer's) or upgrade")
         # Where the query stands, for PySpark 4.1, whose latestOffset() is not told
         # (None: not known yet, e.g. right after a restart from a checkpoint).
         self._position: int | None = None
@@ -375,6 +383,28 @@ class ArrowlakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                                                   snapshot + 1)
 
 
+class _RefusedStreamReader(DataSourceStreamReader):
+    """A stream reader that could not be made: every call raises why (see streamReader)."""
+
+    def __init__(self, error: ArrowlakeError) -> None:
+        self.error = error
+
+    @user_facing
+    def initialOffset(self) -> dict:
+        raise self.error
+
+    @user_facing
+    def latestOffset(self) -> dict:  # type: ignore[override]
+        raise self.error
+
+    @user_facing
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        raise self.error
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        raise self.error
+
+
 # -- writing ------------------------------------------------------------------------------------
 
 
@@ -522,7 +552,15 @@ class ArrowlakeDataSource(BatchDataSource):
 
     @user_facing
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return ArrowlakeStreamReader(self.options, schema)
+        try:
+            return ArrowlakeStreamReader(self.options, schema)
+        except ArrowlakeError as error:
+            if ADMISSION_CONTROL:
+                raise
+            # PySpark 4.1's runner answers an error raised here with an UnboundLocalError of
+            # its own (its `finally` stops a reader it never got), hiding ours: the reader it
+            # gets raises ours on the first call instead.
+            return _RefusedStreamReader(error)
 
     @user_facing
     def streamWriter(self, schema: StructType, overwrite: bool) -> ArrowlakeStreamWriter:

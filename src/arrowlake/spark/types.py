@@ -36,6 +36,8 @@ The functions of this module are shared by every reader and writer of the Spark 
 
 from __future__ import annotations
 
+import inspect
+
 import pyarrow as pa
 from pyspark.sql import types as st
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -109,9 +111,15 @@ def spark_schema(schema: pa.Schema) -> st.StructType:
     return st.StructType([spark_field(f) for f in schema])
 
 
+#: PySpark 4.1's to_arrow_schema has ``timestamp_utc`` (UTC by default); 4.2+ has ``timezone``.
+_ZONE_ARGUMENT = "timezone" in inspect.signature(to_arrow_schema).parameters
+
+
 def spark_arrow_schema(schema: st.StructType) -> pa.Schema:
     """The Arrow schema Spark requires of batches of ``schema`` from a Python source."""
-    return to_arrow_schema(schema, timezone="UTC")
+    if _ZONE_ARGUMENT:
+        return to_arrow_schema(schema, timezone="UTC")
+    return to_arrow_schema(schema)
 
 
 def to_spark_batch(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
