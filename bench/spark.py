@@ -25,7 +25,11 @@ PySpark issue sets targets for:
   of its live rows;
 - the same for a primary-key table with deletion vectors (merge on write) after the same
   upserts: the fast path reads its files with Spark's Parquet reader and drops the deleted
-  positions (target >= 0.8x the Parquet copy of its live rows);
+  positions (target >= 0.8x the Parquet copy of its live rows); then a selective key range
+  (1,001 ids) as Spark's own ``.where`` on the fast path against ``spark.read.parquet`` of
+  the copy with the same ``.where``, printing what Spark pushed into the fast path's Parquet
+  scan (PushedFilters), with arrowlake's ``filter`` on the fast path and on the data source
+  for reference;
 - a 1-in-10,000 key filter: >= 10x faster as ``option("filter", ...)`` (which prunes files)
   than as ``.where(...)`` (the source takes no pushed filter, see arrowlake.spark.source).
   For reference, Spark's own time for the query over the Parquet copy, and the minimal Python
@@ -67,6 +71,7 @@ import json
 import math
 import multiprocessing
 import os
+import re
 import shutil
 import signal
 import socket
@@ -517,6 +522,7 @@ def main() -> None:
             print("full aggregate reading every column, same table", flush=True)
             compare(aggregate_all, live, "spark.read.parquet (copy of live rows)",
                     "bench.users_dv", plain=False, columns=False, fast_target=0.8)
+            where_on_fast_path(spark, lake, lake_path, "bench.users_dv", live, n, runs, report)
 
         # -- worker start-up -------------------------------------------------------------------
         if "startup" in only:
@@ -577,6 +583,47 @@ def main() -> None:
     finally:
         spark.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+#: What Spark pushed into a Parquet scan, as its plan prints it.
+_PUSHED = re.compile(r"PushedFilters: \[([^\]]*)\]")
+
+
+def pushed_filters(df) -> list[str]:
+    """The PushedFilters of every Parquet scan in ``df``'s physical plan (classic session)."""
+    return _PUSHED.findall(df._jdf.queryExecution().executedPlan().toString())
+
+
+def where_on_fast_path(spark, lake, lake_path: str, table: str, parquet: Path, n: int,
+                       runs: int, report: Callable[..., None]) -> None:
+    """A selective key range on the deletion-vector table: Spark's own ``.where`` on the fast
+    path (which Spark pushes into the Parquet scan of the table's files, see
+    ``pushed_filters``) against ``spark.read.parquet`` of the live rows' copy with the same
+    ``.where``, and, for reference, the same range as arrowlake's ``filter`` (which also
+    prunes files by their statistics) through the fast path and through the data source."""
+    lo = n // 2
+    query = f"id between {lo} and {lo + 1000}"
+    print(f"selective key range ({query}), same table", flush=True)
+    expected = spark.read.parquet(str(parquet)).where(query).count()
+    base = median_time(lambda: spark.read.parquet(str(parquet)).where(query).count(), runs, 1)
+    report("spark.read.parquet (copy of live rows).where(...)", base, n,
+           f"({expected:,} rows)")
+    fast = als.read(spark, lake, table).where(query)
+    contenders = [
+        ("arrowlake.spark.read(...).where(...)",
+         lambda: als.read(spark, lake, table).where(query).count(),
+         f"PushedFilters {pushed_filters(fast)}"),
+        ("arrowlake.spark.read(..., filter=...)",
+         lambda: als.read(spark, lake, table, filter=query).count(),
+         als.plan_read(spark, lake, table, filter=query).describe()),
+        ("format('arrowlake').option('filter', ...)",
+         lambda: spark.read.format("arrowlake").option("lake", lake_path)
+         .option("filter", query).load(table).count(), ""),
+    ]
+    for name, run, note in contenders:
+        assert run() == expected, name
+        seconds = median_time(run, runs, 1)
+        report(name, seconds, n, f"ratio {base / seconds:.2f} {note}")
 
 
 def s3_aggregate(spark, root: Path, n: int, runs: int,
