@@ -6,6 +6,7 @@ list can be long."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, date, datetime
 from decimal import Decimal
 from functools import reduce
@@ -178,3 +179,23 @@ def test_a_filter_spark_cannot_compare_exactly_is_applied_by_arrowlakes_reader(s
     assert "cannot evaluate exactly" in plan.describe()
     rows = als.read(spark, lake, "s.t", filter=f).collect()
     assert [r["id"] for r in rows] == [1] == t.scan(filter=f).to_arrow()["id"].to_pylist()
+
+
+def test_on_deletion_vector_files_the_filter_runs_before_the_deleted_row_check(spark, tmp_path):
+    lake = al.connect(tmp_path / "lake")
+    t = lake.create_table("s.dv", FLOATS, primary_key=["id"], buckets=2, deletion_vectors=True,
+                          properties={"write.row-group-rows": "2"})
+    n = len(X)
+    t.upsert(pa.table({"id": list(range(n)), "x": X, "y": pa.array(X, pa.float32()), "z": Z,
+                       "i": list(range(n))}, schema=FLOATS))
+    t.upsert(pa.table({"id": [1, 2, 8], "x": [NAN, 5.0, None], "y": pa.array([1.0, 2.0, 3.0],
+                       pa.float32()), "z": [0.0, 0.0, 0.0], "i": [1, 2, 8]}, schema=FLOATS))
+    t.delete("id in (3, 12)")
+    assert any(g.deletes is not None for g in als.plan_read(spark, lake, "s.dv").parquet)
+    assert differences(READ_FILTERS, read_ids(spark, lake, "s.dv", READ_FILTERS),
+                       scan_ids(t, READ_FILTERS)) == {}
+    plan = als.read(spark, lake, "s.dv", filter="x > 1")._jdf.queryExecution() \
+        .executedPlan().toString()
+    # One Filter: the read's condition first, then the check of the deleted positions.
+    [line] = [ln for ln in plan.splitlines() if re.search(r"\) Filter \(", ln) and "isnan" in ln]
+    assert "file_size" in line and line.index("isnan") < line.index("file_size"), plan

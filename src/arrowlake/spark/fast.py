@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import reduce
@@ -597,14 +597,32 @@ def _parquet_frame(spark: SparkSession, group: ParquetGroup, plan: FastReadPlan)
                                  for old in sources.values() if old is not None])
     df = read_files(spark, spark.read.options(**dict(group.options)).schema(read_schema),
                     group.paths)
+    condition = plan.condition
+    if condition is not None and group.deletes is not None \
+            and _as_written(plan.table_schema, sources, referenced_columns(plan.filter)):
+        # Before the deleted-row check, which then runs only on the rows the filter keeps:
+        # Spark evaluates a filter's conjuncts in order and puts an inner filter's first.
+        df, condition = df.where(condition), None
     if group.deletes is not None:
         df = _drop_deleted(spark, df, group.deletes)
     df = _project(df, plan.table_schema, sources)
     if isinstance(plan.filter, AlwaysTrue) and needed == list(plan.schema.names):
         return df  # (each DataFrame call is a round trip to the JVM that analyzes the plan)
-    if plan.condition is not None:
-        df = df.where(plan.condition)
+    if condition is not None:
+        df = df.where(condition)
     return df.select(*[_quote(c) for c in plan.schema.names])
+
+
+def _as_written(table_schema: pa.Schema, sources: Mapping[str, pa.Field | None],
+                columns: Iterable[str]) -> bool:
+    """Whether the files hold ``columns`` under their current names and Spark types, so a
+    condition over the table's columns reads the files' columns as they are."""
+    for name in columns:
+        old = sources.get(name)
+        if old is None or old.name != name \
+                or spark_type(old.type) != spark_type(table_schema.field(name).type):
+            return False
+    return True
 
 
 def _project(df: DataFrame, table_schema: pa.Schema, sources: Mapping[str, pa.Field | None]

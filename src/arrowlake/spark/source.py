@@ -73,7 +73,6 @@ from arrowlake.errors import ArrowlakeError, NotFound, ValidationError
 from arrowlake.expressions import Expr, to_expression
 from arrowlake.io.storage import normalize_location
 from arrowlake.lazy import lazy_module
-from arrowlake.metastore.inflight import DETACHED_LEASE_SECONDS
 from arrowlake.scan.split import Split
 from arrowlake.spark.types import (
     from_spark_batch,
@@ -87,6 +86,7 @@ if TYPE_CHECKING:
     import sqlalchemy as sa
 
     from arrowlake import lake as lakes
+    from arrowlake.metastore import inflight
     from arrowlake.scan.scan import Scan
     from arrowlake.table import staged as staging
     from arrowlake.table.staged import StagedWrite, WriteMode, WriteTarget
@@ -96,6 +96,7 @@ else:
     # an executor's Python worker imports this module to read a split and never needs them.
     sa = lazy_module("sqlalchemy")
     lakes = lazy_module("arrowlake.lake")
+    inflight = lazy_module("arrowlake.metastore.inflight")  # SQLAlchemy: the driver's only
     staging = lazy_module("arrowlake.table.staged")
 
 FORMAT = "arrowlake"
@@ -459,7 +460,7 @@ def write_lease(options: Mapping[str, str]) -> float:
     :data:`arrowlake.metastore.inflight.DETACHED_LEASE_SECONDS`, the default)."""
     text = options.get("writelease")
     if not text:
-        return DETACHED_LEASE_SECONDS
+        return float(inflight.DETACHED_LEASE_SECONDS)
     try:
         return parse_duration_seconds(text)
     except ValueError as exc:
