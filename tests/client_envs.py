@@ -36,7 +36,8 @@ DUCKDB_ICEBERG = "1.5.5"
 #: tests/spark/test_spark_lowest.py runs the Spark test files themselves there.
 ENVIRONMENTS: dict[str, list[str]] = {
     "spark41": [
-        f"pyspark[connect]=={PYSPARK_LOWEST}",
+        # `pipelines`: the Connect client and PyYAML, which spark-pipelines needs.
+        f"pyspark[connect,pipelines]=={PYSPARK_LOWEST}",
         "pyarrow>=16",
         "pandas>=2.0",
         "numpy>=1.26",
