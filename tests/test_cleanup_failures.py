@@ -74,7 +74,7 @@ def test_item13_commit_side_cleanup_keeps_the_original_error(outage_s3, outage_l
         yield BAD
 
     with pytest.raises(SchemaMismatch, match="unknown") as err:
-        append_parts(t, [pa.Table.from_batches([GOOD]), second_part()])
+        append_parts(t.state, [pa.Table.from_batches([GOOD]), second_part()])
     notes = cleanup_notes(err.value)
     assert len(notes) == 1 and "Deleting the 1 file(s)" in notes[0]
     assert t.refresh().current_snapshot_id is None  # nothing was committed

@@ -79,7 +79,7 @@ def test_delete_replans_after_a_concurrent_append(lake, monkeypatch):
     def racing(table, snapshot_id, expr):
         calls["n"] += 1
         if calls["n"] == 1:
-            other = al.Table(table._lake, table._record)
+            other = al.Table(table.catalog, table.record)
             other.append(pa.table({"k": [2, 2, 9]}))  # lands between planning and commit
         return original(table, snapshot_id, expr)
 

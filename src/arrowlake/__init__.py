@@ -33,7 +33,8 @@ if TYPE_CHECKING:
     from arrowlake.streaming import Change, Stream
     from arrowlake.table.maintenance.health import TableHealth
     from arrowlake.table.table import Table
-    from arrowlake.table.writes.plain import WriteResult
+    from arrowlake.table.transaction import LakeSnapshot, Pending, Transaction
+    from arrowlake.table.writes.commit import WriteResult
 
 __version__ = "0.1.0"
 
@@ -53,7 +54,10 @@ _EXPORTS = {
     "TableHealth": "arrowlake.table.maintenance.health",
     "TableNotFound": "arrowlake.errors",
     "ValidationError": "arrowlake.errors",
-    "WriteResult": "arrowlake.table.writes.plain",
+    "WriteResult": "arrowlake.table.writes.commit",
+    "Transaction": "arrowlake.table.transaction",
+    "LakeSnapshot": "arrowlake.table.transaction",
+    "Pending": "arrowlake.table.transaction",
     "col": "arrowlake.expressions",
     "connect": "arrowlake.lake",
     "dask": "arrowlake.dask",
@@ -71,13 +75,16 @@ __all__ = [
     "CommitConflict",
     "FilterSyntaxError",
     "Lake",
+    "LakeSnapshot",
     "MaintenanceAction",
+    "Pending",
     "Scan",
     "SchemaMismatch",
     "Stream",
     "Table",
     "TableHealth",
     "TableNotFound",
+    "Transaction",
     "ValidationError",
     "WriteResult",
     "col",

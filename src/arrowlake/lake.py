@@ -11,6 +11,7 @@ import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -36,6 +37,7 @@ from arrowlake.io.storage import (
     storage_for,
 )
 from arrowlake.maintenance import Action, Maintainer
+from arrowlake.metastore.inflight import WriteRegistration
 from arrowlake.metastore.store import Metastore
 from arrowlake.schema import (
     assign_field_ids,
@@ -53,6 +55,7 @@ from arrowlake.table.options.maintenance import (
 )
 from arrowlake.table.options.primary_key import validate_pk_options, validate_properties
 from arrowlake.table.table import Table
+from arrowlake.table.transaction import LakeSnapshot, Transaction
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -244,6 +247,39 @@ class Lake:
         ns, tbl = parse_table_name(new)
         self.metastore.rename_table(table._record.table_id, ns, tbl)
         return self.table(new)
+
+    def transaction(self, *, commit_id: str | None = None) -> Transaction:
+        """Writes to several tables committed in one metastore transaction: all, or none.
+
+        >>> with lake.transaction() as tx:                       # doctest: +SKIP
+        ...     tx.table("shop.orders").append(orders)
+        ...     tx.table("shop.lines").upsert(lines)
+        ...     tx.table("shop.daily").merge(daily, on="day").when_matched_update(
+        ...         set={"total": "source.total"}).when_not_matched_insert().execute()
+
+        Leaving the block commits; an exception aborts it and deletes the files written. Reads
+        through ``tx.table(name)`` see every table as of the transaction's start. Each
+        write's files are known to orphan removal from the moment they are written until the
+        transaction ends. ``commit_id`` makes the whole transaction idempotent (writes inside
+        take none of their own). See :mod:`arrowlake.table.transaction` and the README,
+        "Transactions", for the guarantees and limits.
+        """
+        if self.metastore.read_only:
+            raise ReadOnlyLake(f"Cannot start a transaction: the lake's metastore "
+                               f"{self.metastore.location} is read-only here")
+        heads = self.metastore.table_heads()
+        registration = WriteRegistration(self.metastore, None, "transaction")
+        return Transaction(self.table, heads, registration, commit_id=commit_id)
+
+    def snapshot(self) -> LakeSnapshot:
+        """Every table as of one moment: ``snap.table(name)`` reads the table at the snapshot
+        it was at then (a lake transaction is wholly in the cut or wholly out of it).
+
+        >>> snap = lake.snapshot()                                # doctest: +SKIP
+        >>> orders = snap.table("shop.orders").to_arrow()
+        >>> lines = snap.table("shop.lines").to_arrow()          # consistent with orders
+        """
+        return LakeSnapshot(self.table, self.metastore.table_heads(), datetime.now(UTC))
 
     def maintain(self, tables: Sequence[str] | None = None, once: bool = True, *,
                  max_concurrent: int = 1, bytes_per_second: float | None = None,

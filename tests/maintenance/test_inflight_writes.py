@@ -21,7 +21,7 @@ import pytest
 import arrowlake as al
 from arrowlake.errors import CommitConflict, ConsumerInUse, UnsafeOrphanAge
 from arrowlake.metastore import inflight
-from arrowlake.metastore.inflight import WriteRegistration, write_id_of
+from arrowlake.metastore.inflight import write_id_of
 from arrowlake.table import staged
 from tests.conftest import stored_paths
 

@@ -558,8 +558,8 @@ def test_lookup_changelogs_of_format_1_still_read(sqlite_lake):
     from arrowlake.merge import RowKind
     from arrowlake.metastore.store import SnapshotChange
     from arrowlake.table.changelogs import files as changelog_files
-    from arrowlake.table.writes import keyed as primary_key
     from arrowlake.table.keys import runs as sorted_runs
+    from arrowlake.table.writes import keyed as primary_key
 
     t = sqlite_lake.create_table("s.old", SCHEMA, primary_key=["k"], buckets=2,
                                  deletion_vectors=False,

@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 
 import arrowlake as al
 from arrowlake.errors import DataFileError, ValidationError
+from arrowlake.table.maintenance import vector_compaction
 from arrowlake.table.writes import merge_into
 from arrowlake.table.writes import on_write as merge_on_write
-from arrowlake.table.maintenance import vector_compaction
 from tests.conftest import METASTORES, make_lake
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("p", pa.string()),
@@ -761,16 +761,17 @@ def test_a_merge_decided_on_the_empty_table_checks_the_first_commits(tmp_path, m
     t = lake.create_table("s.m", SCHEMA, primary_key=["id"], buckets=1,
                           deletion_vectors=vectors)
     other = al.connect(tmp_path / "lake").table("s.m")
-    real = merge_into.commit_rows
+    real = merge_into.MergeBuilder._decide
     raced = []
 
-    def race_then_commit(table, rows, kind, **options):
-        if not raced:
-            raced.append(options["base"])
+    def decide_then_race(builder, base, out):
+        decision = real(builder, base, out)
+        if not raced:  # between the merge's decision and its commit
+            raced.append(base)
             other.upsert({"id": [1], "p": ["o"], "v": [1], "s": [10]})
-        return real(table, rows, kind, **options)
+        return decision
 
-    monkeypatch.setattr(merge_into, "commit_rows", race_then_commit)
+    monkeypatch.setattr(merge_into.MergeBuilder, "_decide", decide_then_race)
     result = (t.merge(pa.table({"id": [1], "p": ["m"], "v": [5], "s": [5]}), on="id")
               .when_matched_update(where="source.s > target.s")
               .when_not_matched_insert().execute())

@@ -235,3 +235,16 @@ def test_key_bounds_compare_with_stored_key_ranges_as_integers():
     assert (low, high) == (0, END_OF_TIME_S * 10**6)
     stored = key_range("[0]", f"[{END_OF_TIME_S * 10**6}]")
     assert stored is not None and stored[1][0] == high
+
+
+def test_an_append_table_partitioned_by_the_end_of_time(sqlite_lake):
+    """9999-12-31T23:59:59Z in a Berlin column is past year 9999 there: the partition's
+    directory is named by the stored integer, as in key tables (it raised OverflowError)."""
+    typ = pa.timestamp("us", "Europe/Berlin")
+    t = sqlite_lake.create_table("s.scd", pa.schema([("valid_to", typ), ("v", pa.int64())]),
+                                 partition_by=["valid_to"])
+    end = pa.array([253402300799000000, 0], pa.int64()).cast(typ)
+    t.append(pa.table({"valid_to": end, "v": [1, 2]}))
+    got = t.to_arrow().sort_by("v")
+    assert got.column("valid_to").cast(pa.int64()).to_pylist() == [253402300799000000, 0]
+    assert t.scan(filter="v = 1").count() == 1

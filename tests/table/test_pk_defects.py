@@ -6,10 +6,10 @@ import pyarrow as pa
 import pytest
 
 import arrowlake as al
-from arrowlake.table.maintenance import after_write
 from arrowlake.errors import ColumnNotFound, CommitConflict, SchemaMismatch, ValidationError
-from arrowlake.table.writes import merge_into
+from arrowlake.table.maintenance import after_write
 from arrowlake.table.writes import keyed as pk
+from arrowlake.table.writes import merge_into
 from tests.conftest import METASTORES, make_lake
 
 I64 = pa.int64()

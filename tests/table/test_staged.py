@@ -35,7 +35,9 @@ def roundtrip(obj):
 
 def test_stages_commit_as_one_snapshot(any_lake):
     t = any_lake.create_table("s.t", SCHEMA, partition_by=["v"])
-    driver = write_target(t.state)  # the driver keeps its target (and registration) until it commits
+    # The driver keeps its target (and registration) until it commits.
+    driver = write_target(t.state)
+    driver = write_target(t.state)
     target = roundtrip(driver)
     parts = [roundtrip(stage(target, {"id": [i, i + 10], "v": ["a", "b"]}, order=i))
              for i in range(3)]

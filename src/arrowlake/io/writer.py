@@ -32,6 +32,7 @@ from arrowlake.io.stats import (
     fill_deferred_bounds,
     merge_stats,
     partition_path,
+    partition_shown,
 )
 from arrowlake.io.storage import Storage, discard_after_failure
 from arrowlake.metastore.inflight import CURRENT_WRITE
@@ -419,7 +420,7 @@ class FileSetWriter:
         key = json.dumps([encode_partition_value(v) for v in values])
         writer = self._writers.get(key)
         if writer is None:
-            shown = [v.as_py() if v.is_valid else None for v in values]
+            shown = [partition_shown(v) for v in values]
             ppath = partition_path(self.partition_by, shown) if self.partition_by else None
             directory = f"{self.directory}/{ppath}" if ppath else self.directory
             writer = DataFileWriter(

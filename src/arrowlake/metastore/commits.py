@@ -9,6 +9,7 @@ import random
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 
 import pyarrow as pa
 import sqlalchemy as sa
@@ -30,6 +31,7 @@ from arrowlake.metastore.records import (
     PartitionIds,
     SnapshotChange,
     StaleVectors,
+    TableConflict,
     check_commit_id,
     deletion_vectors_on,
     now_ms,
@@ -112,6 +114,86 @@ class Commits(Database):
         current_write = CURRENT_WRITE.get()
 
         return self._committing(table_id, once)
+
+    def commit_many(self, entries: Sequence[tuple[int, int | None, SnapshotChange]], *,
+                    transaction_id: str, commit_id: str | None = None
+                    ) -> list[CommitResult]:
+        """Record the changes of several tables as one database transaction: every table's
+        next snapshot, or none. ``entries`` are (table id, base snapshot, change), at most one
+        per table; each change is checked and rebased by the rules of :meth:`commit`, and a
+        failing one raises :class:`TableConflict` naming its table (nothing is kept). Every
+        snapshot records ``transaction_id``.
+
+        ``commit_id`` makes the whole transaction idempotent: recorded on each of its
+        snapshots, and when any table already holds it, nothing is committed and every result
+        is a duplicate (the snapshot holding it, or None for a table it did not write).
+        Lost races and transient errors are retried as for one table; a retry first looks for
+        the transaction's own snapshots, in case the reply to an earlier COMMIT was lost.
+        """
+        check_commit_id(commit_id)
+        tables = [table_id for table_id, _, _ in entries]
+        if len(set(tables)) != len(tables):
+            raise ValueError("a lake transaction commits at most one change per table")
+        order = sorted(range(len(entries)), key=lambda i: entries[i][0])  # lock in one order
+        tokens = [uuid.uuid4().hex for _ in entries]
+        changes = [replace(change, commit_id=commit_id, transaction_id=transaction_id)
+                   for _, _, change in entries]
+        for change in changes:
+            check_commit_id(change.commit_id)
+        current_write = CURRENT_WRITE.get()
+        attempts = 0
+        while True:
+            attempts += 1
+            try:
+                with self._write() as conn:
+                    if attempts > 1:
+                        mine = self._landed(tables[0], tokens[0], conn)
+                        if mine is not None:
+                            return [CommitResult(self._landed(t, tok, conn), attempts)
+                                    for t, tok in zip(tables, tokens, strict=True)]
+                    if commit_id is not None:
+                        found = self._transaction_duplicates(conn, tables, commit_id)
+                        if any(f is not None for f in found):
+                            return [CommitResult(f, attempts, True) for f in found]
+                    results: list[tuple[int, bool] | None] = [None] * len(entries)
+                    for i in order:
+                        table_id, base, _ = entries[i]
+                        try:
+                            results[i] = self._commit_once(conn, table_id, base, changes[i],
+                                                           tokens[i], False, current_write)
+                        except CommitConflict as exc:
+                            raise TableConflict(table_id, exc) from exc
+                    if self.dialect == "postgresql":
+                        for table_id in tables:
+                            conn.execute(sa.select(sa.func.pg_notify(signals.CHANNEL,
+                                                                     str(table_id))))
+                for table_id in tables:
+                    signals.publish(self.url, table_id)
+                return [CommitResult(r[0], attempts) for r in results if r is not None]
+            except CommitConflict:
+                raise
+            except (DBAPIError, _LostRace) as exc:
+                retryable = isinstance(exc, (IntegrityError, OperationalError, _LostRace)) or (
+                    isinstance(exc, DBAPIError) and exc.connection_invalidated)
+                if not retryable:
+                    raise
+                if attempts >= self.commit_retries:
+                    landed = self._landed(tables[0], tokens[0])
+                    if landed is not None:
+                        return [CommitResult(self._landed(t, tok), attempts)
+                                for t, tok in zip(tables, tokens, strict=True)]
+                    raise CommitConflict(
+                        f"Gave up committing a transaction of {len(tables)} tables after "
+                        f"{attempts} attempts: {exc}") from exc
+                time.sleep(min(0.5, 0.002 * 2 ** min(attempts, 8)) * random.random())
+
+    @staticmethod
+    def _transaction_duplicates(conn: Connection, tables: Sequence[int], commit_id: str
+                                ) -> list[int | None]:
+        s = t.snapshots.c
+        found = dict(conn.execute(sa.select(s.table_id, s.snapshot_id).where(
+            s.table_id.in_(list(tables)) & (s.commit_id == commit_id))).all())
+        return [None if found.get(tid) is None else int(found[tid]) for tid in tables]
 
     def _committing(self, table_id: int,
                     once: Callable[[Connection, str, bool], tuple[int, bool] | None]

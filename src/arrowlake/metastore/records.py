@@ -203,6 +203,17 @@ class StaleVectors(CommitConflict):
         self.file_ids = list(file_ids)
 
 
+class TableConflict(CommitConflict):
+    """One table's change of a lake transaction could not be committed: ``cause`` (a
+    :class:`CommitConflict`, perhaps :class:`StaleVectors`) is why; ``table_id`` names the
+    table. Nothing of the transaction was committed."""
+
+    def __init__(self, table_id: int, cause: CommitConflict) -> None:
+        super().__init__(str(cause))
+        self.table_id = table_id
+        self.cause = cause
+
+
 @dataclass(frozen=True)
 class VectorRecord:
     """A data file's deletion vector as the metastore records it for a snapshot."""

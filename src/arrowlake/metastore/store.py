@@ -309,7 +309,8 @@ class Metastore(Commits, Streams, MaintenanceRecords, InflightWrites, IcebergRec
 
     _SNAPSHOT_COLUMNS = ("snapshot_id", "parent_id", "kind", "committed_at", "schema_id",
                          "commit_id", "added_files", "removed_files", "added_rows",
-                         "removed_rows", "total_files", "total_rows", "summary")
+                         "removed_rows", "total_files", "total_rows", "summary",
+                         "transaction_id")
 
     def snapshots(self, table_id: int) -> pa.Table:
         cols = [t.snapshots.c[c] for c in self._SNAPSHOT_COLUMNS]
@@ -322,6 +323,8 @@ class Metastore(Commits, Streams, MaintenanceRecords, InflightWrites, IcebergRec
             ("added_files", pa.int64()), ("removed_files", pa.int64()),
             ("added_rows", pa.int64()), ("removed_rows", pa.int64()),
             ("total_files", pa.int64()), ("total_rows", pa.int64()), ("summary", pa.string()),
+            # The lake transaction that committed the snapshot with other tables' (or null).
+            ("transaction_id", pa.string()),
         ])
         table = rows_to_table(rows, schema)
         committed = table.column("committed_at").cast(pa.timestamp("ms", tz="UTC"))

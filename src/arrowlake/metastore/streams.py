@@ -39,7 +39,8 @@ class Streams(Database):
     # -- streams -------------------------------------------------------------------------------
 
     _STREAM_SNAPSHOT_COLUMNS = ("snapshot_id", "parent_id", "kind", "committed_at",
-                                "schema_id", "added_files", "removed_files", "summary")
+                                "schema_id", "added_files", "removed_files", "summary",
+                                "transaction_id")
 
     def snapshots_after(self, table_id: int, after: int | None, limit: int = 1000,
                         upto: int | None = None) -> list[dict[str, Any]]:

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from arrowlake.spark.maintenance import compact, remove_orphan_files
     from arrowlake.spark.source import FORMAT
     from arrowlake.spark.stream import ArrowlakeDataSource, foreach_batch_sink
+    from arrowlake.spark.transactions import BatchTransaction, foreach_batch_transaction
 else:
     _stream = lazy_module("arrowlake.spark.stream")
 
@@ -36,6 +37,8 @@ __getattr__, __dir__ = lazy_exports(__name__, {
     "FastReadPlan": "arrowlake.spark.fast",
     "compact": "arrowlake.spark.maintenance",
     "foreach_batch_sink": "arrowlake.spark.stream",
+    "foreach_batch_transaction": "arrowlake.spark.transactions",
+    "BatchTransaction": "arrowlake.spark.transactions",
     "plan_read": "arrowlake.spark.fast",
     "read": "arrowlake.spark.fast",
     "remove_orphan_files": "arrowlake.spark.maintenance",
@@ -48,5 +51,6 @@ def register(spark: Any) -> None:
     spark.dataSource.register(_stream.ArrowlakeDataSource)
 
 
-__all__ = ["FORMAT", "ArrowlakeDataSource", "FastReadPlan", "compact", "foreach_batch_sink",
-           "plan_read", "read", "register", "remove_orphan_files"]
+__all__ = ["FORMAT", "ArrowlakeDataSource", "BatchTransaction", "FastReadPlan", "compact",
+           "foreach_batch_sink", "foreach_batch_transaction", "plan_read", "read", "register",
+           "remove_orphan_files"]

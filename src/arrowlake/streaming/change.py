@@ -30,7 +30,8 @@ class Change:
     ``first_snapshot_id`` equals it except for catch-up changes, which cover
     ``first_snapshot_id .. snapshot_id``. ``kind`` is the snapshot's kind (``append``,
     ``upsert``, ``delete``, ...), ``full`` for the full scan that ``start="full"`` begins with,
-    and ``catch-up`` for a catch-up change.
+    and ``catch-up`` for a catch-up change. ``transaction_id`` tells which changes of several
+    tables one lake transaction committed together.
     """
 
     snapshot_id: int
@@ -41,6 +42,9 @@ class Change:
     first_snapshot_id: int
     # The rows, when the stream read them ahead while the previous change was processed.
     prefetched: pa.Table | None = field(default=None, compare=False, repr=False)
+    #: The lake transaction whose commit made the snapshot (with snapshots of other tables
+    #: carrying the same id), or None for a write committed alone and for catch-up changes.
+    transaction_id: str | None = None
 
     @property
     def row_count(self) -> int:

@@ -68,6 +68,7 @@ class Snapshot:
     summary: dict[str, Any]
     files: int = 0  # files the snapshot added and removed, as its row records
     schema_id: int | None = None  # the table's schema when the snapshot was committed
+    transaction_id: str | None = None  # the lake transaction it was committed in, if any
 
 
 
@@ -150,7 +151,8 @@ class ChangePlanner:
     def change(self, first: int, snap: Snapshot | None, snapshot_id: int, kind: str,
                 committed_at: int, splits: Sequence[AnySplit]) -> Change:
         when = datetime.fromtimestamp(committed_at / 1000, UTC)
-        return Change(snapshot_id, kind, when, tuple(splits), self.schema, first)
+        return Change(snapshot_id, kind, when, tuple(splits), self.schema, first,
+                      transaction_id=None if snap is None else snap.transaction_id)
 
     def full_change(self, snapshot_id: int, committed_at: int) -> Change:
         view = self.view(snapshot_id)

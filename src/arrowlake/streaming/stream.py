@@ -492,7 +492,8 @@ class Stream:
             Snapshot(int(r["snapshot_id"]), str(r["kind"]), int(r["committed_at"]),
                       json.loads(r["summary"] or "{}"),
                       int(r["added_files"] or 0) + int(r["removed_files"] or 0),
-                      None if r["schema_id"] is None else int(r["schema_id"]))
+                      None if r["schema_id"] is None else int(r["schema_id"]),
+                      r["transaction_id"])
             for r in rows)
 
     def _files_changed(self, snap: Snapshot) -> tuple[pa.Table, pa.Table]:

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import pyarrow as pa
@@ -50,13 +50,11 @@ from arrowlake.table.maintenance.after_write import compact_after_write
 from arrowlake.table.options.primary_key import sequence_field
 from arrowlake.table.state import TableState
 from arrowlake.table.writes import keyed as pk
+from arrowlake.table.writes.change import Change, FilesChange, commit
+from arrowlake.table.writes.commit import WriteResult
+from arrowlake.table.writes.inputs import conformed
 from arrowlake.table.writes.on_write import write_tombstones
-from arrowlake.table.writes.plain import (
-    WriteResult,
-    commit_files,
-    conformed,
-    rewrite,
-)
+from arrowlake.table.writes.plain import RewriteChange
 
 #: ``append`` adds rows (an upsert on a primary-key table); ``upsert`` and ``changes`` need a
 #: primary key; ``overwrite`` replaces the table, or the rows ``replace_where`` selects.
@@ -201,25 +199,36 @@ def discard_staged(target: TableState, staged: Sequence[StagedWrite | None]) -> 
 def commit_staged(table: TableState, staged: Sequence[StagedWrite], mode: WriteMode = "append", *,
                   replace_where: Expr | None = None, commit_id: str | None = None
                   ) -> WriteResult:
-    """Commit every stage's files as one snapshot; on failure delete them all.
+    """Commit every stage's files as one snapshot; on failure delete them all. Then compact
+    the buckets it touched, where the table compacts inline.
 
     ``mode`` and ``replace_where`` must be those the stages were written with. Files the
     commit itself writes (runs settled, rows looked up) belong to the stages' registration, and
     the commit fails if that was revoked.
     """
-    ordered = sorted(staged, key=lambda s: s.order)
-    registrations = {s.write_id for s in ordered if s.files}
+    with writing_under(stages_registration(table, staged)):
+        result = commit(staged_change(table, staged, mode, replace_where=replace_where,
+                                      commit_id=commit_id))
+        return compact_after_write(table, result)
+
+
+def stages_registration(table: TableState, staged: Sequence[StagedWrite]) -> str | None:
+    """The registration the stages were written under (one target's); ValidationError, with
+    the stages' files deleted, when they come from several."""
+    registrations = {s.write_id for s in staged if s.files}
     if len(registrations) > 1:
-        discard_staged(table, ordered)
+        discard_staged(table, staged)
         raise ValidationError(
             "The stages to commit were written for different write targets; commit the stages "
             "of each write_target() on their own. Their files were deleted")
-    with writing_under(registrations.pop() if registrations else None):
-        return _commit_staged(table, ordered, mode, replace_where, commit_id)
+    return registrations.pop() if registrations else None
 
 
-def _commit_staged(table: TableState, ordered: Sequence[StagedWrite], mode: WriteMode,
-                   replace_where: Expr | None, commit_id: str | None) -> WriteResult:
+def staged_change(table: TableState, staged: Sequence[StagedWrite], mode: WriteMode = "append",
+                  *, replace_where: Expr | None = None, commit_id: str | None = None) -> Change:
+    """The stages' files as one change of ``table`` (to commit alone or in a transaction);
+    the stages' files are deleted if it cannot be made."""
+    ordered = sorted(staged, key=lambda s: s.order)
     try:
         table.refresh()
         check_mode(table, mode, replace_where)
@@ -228,49 +237,39 @@ def _commit_staged(table: TableState, ordered: Sequence[StagedWrite], mode: Writ
         if not rec.primary_key:
             files = [f for s in ordered for f in s.files]
             if mode == "overwrite":
-                return rewrite(table, "overwrite", expr, files, commit_id=commit_id)
-            if not files:
-                return WriteResult(None, "append")
-            return commit_files(table, "append", table.current_snapshot_id, files,
-                                commit_id=commit_id)
+                return RewriteChange(table, "overwrite", expr, files, commit_id=commit_id)
+            return FilesChange(table, "append", files, commit_id=commit_id)
+        kind = "changes" if mode == "changes" else "upsert"
         if rec.deletion_vectors and mode != "overwrite":
-            return compact_after_write(table, _commit_on_write(table, ordered, mode, commit_id))
+            return _rows_of_stages(table, ordered, kind, commit_id)
         files = _settle_repeated_keys(table, ordered)
         graves: list[NewFile] = []
         if rec.deletion_vectors:  # an overwrite (other modes returned above)
             files, graves = _live_rows_only(table, files)
         if mode == "overwrite":
-            return pk.commit_overwrite(table, files, expr,
-                                       added_rows=sum(s.rows for s in ordered),
-                                       commit_id=commit_id, tombstones=graves)
-        kind = "changes" if mode == "changes" else "upsert"
-        if not files:
-            return WriteResult(None, kind)
+            return pk.OverwriteChange(table, files, expr,
+                                      added_rows=sum(s.rows for s in ordered),
+                                      commit_id=commit_id, tombstones=graves)
         # A lookup changelog reads the written runs itself; only 'input' (refused above) needs
         # the rows as given.
-        result = pk.commit_runs(table, kind, table.current_snapshot_id, files,
-                                       pa.table({}),
-                                       commit_id=commit_id)
+        return pk.RunsChange(table, kind, None, runs=files, commit_id=commit_id)
     except BaseException:
         discard_staged(table, ordered)
         raise
-    return compact_after_write(table, replace(result, written=tuple(files)))
 
 
-def _commit_on_write(table: TableState, staged: Sequence[StagedWrite], mode: WriteMode,
-                     commit_id: str | None) -> WriteResult:
-    """Commit stages into a merge-on-write table: their rows, read back in stage order (later
-    stages win a repeated key), go through the table's lookup and vectors like any write;
-    the staged runs are deleted whether or not the commit happens."""
+def _rows_of_stages(table: TableState, staged: Sequence[StagedWrite], kind: str,
+                    commit_id: str | None) -> Change:
+    """Stages into a merge-on-write table: their rows, read back in stage order (later stages
+    win a repeated key), go through the table's lookup and vectors like any write; the staged
+    runs are deleted once read."""
     try:
         runs = [_read_run(table, f, None) for s in staged for f in s.files]
-        kind = "changes" if mode == "changes" else "upsert"
-        if not runs:
-            return WriteResult(None, kind)
-        rows = pa.concat_tables(runs)
+        rows = pa.concat_tables(runs) if runs else \
+            pk.with_kinds(table.schema.empty_table(), pk.RowKind.INSERT)
         rows = rows.rename_columns([pk.ROW_KIND if c == KIND_COLUMN else c
                                     for c in rows.column_names])
-        return pk.commit_rows(table, rows, kind, commit_id=commit_id)
+        return pk.fixed_rows(table, rows, kind, commit_id=commit_id)
     finally:
         discard_staged(table, staged)
 

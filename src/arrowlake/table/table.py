@@ -317,6 +317,18 @@ class Table:
         return Scan.create(view, filter, columns, limit,
                            self._merge_spec(view.schema, view.record))
 
+    def scan_at(self, snapshot_id: int | None, filter: Expr | str | None = None,
+                columns: Sequence[str] | None = None, *, limit: int | None = None) -> Scan:
+        """A scan at exactly ``snapshot_id``; None is the table before its first commit (no
+        rows), which :meth:`scan` cannot say (it reads the latest). For reads pinned by a lake
+        transaction or a lake snapshot."""
+        if snapshot_id is None:
+            self.refresh()
+            view = self._state.view(None)
+            return Scan.create(view, filter, columns, limit,
+                               self._merge_spec(view.schema, view.record))
+        return self.scan(filter, columns, snapshot=snapshot_id, limit=limit)
+
     def _merge_spec(self, schema: pa.Schema | None = None,
                     record: TableRecord | None = None) -> MergeSpec | None:
         return self._state.merge_spec(schema, record)

@@ -34,6 +34,7 @@ from arrowlake.merge import (
 )
 from arrowlake.merge.bucketing import bucket_of
 from arrowlake.merge.runs import row_kinds_from
+from arrowlake.metastore.records import CommitResult
 from arrowlake.metastore.store import NewFile, SnapshotChange
 from arrowlake.scan.planning import TableView, fully_matching, plan_files
 from arrowlake.scan.scan import Scan
@@ -55,9 +56,10 @@ from arrowlake.table.options.primary_key import (
     require_primary_key,
     sequence_field,
 )
-from arrowlake.table.writes.commit import commit_files, write_result
+from arrowlake.table.writes.change import Change, Decide, Decision, commit
+from arrowlake.table.writes.commit import write_result
 from arrowlake.table.writes.inputs import batch_stream
-from arrowlake.table.writes.on_write import commit_with_changelog
+from arrowlake.table.writes.on_write import OnWriteChange
 from arrowlake.table.writes.plain import (
     WriteResult,
     conflict_on_new_matches,
@@ -83,44 +85,32 @@ def with_kinds(rows: pa.Table, kinds: pa.Array | RowKind) -> pa.Table:
     return rows.append_column(ROW_KIND, kinds)
 
 
-def commit_rows(table: TableState, rows: pa.Table, kind: str, *, commit_id: str | None = None,
-                summary: dict[str, Any] | None = None, base: int | None = None,
-                on_rebase: Callable[[pa.Table], None] | None = None) -> WriteResult:
-    """Write ``rows`` (with ``_row_kind``) as runs and commit them on ``base`` (the current
-    snapshot when None; with ``on_rebase``, None is the empty table the caller decided on),
-    with the changelog the table's producer asks for. Compacting after it is the caller's
-    (:mod:`arrowlake.table.maintenance.after_write`): a write inside a transaction does not.
-
-    ``on_rebase`` is the commit's conflict check (see :func:`conflict_on_touched_keys`).
-    """
+def rows_change(table: TableState, kind: str, decide: Decide, *, decides: bool,
+                commit_id: str | None = None) -> Change:
+    """The change of a primary-key write whose rows ``decide`` gives for a snapshot (fixed
+    rows unless ``decides``), in the table's mode: merged on write (deletion vectors) or
+    written as runs merged on read. Compacting after it is the caller's
+    (:mod:`arrowlake.table.maintenance.after_write`): a write inside a transaction does not."""
     if table.record.deletion_vectors:
-        check_sequence_values(table, rows)
-        return commit_with_changelog(table, rows, kind, commit_id=commit_id,
-                                     summary=summary, base=base, on_rebase=on_rebase)
-    if base is None and on_rebase is None:
-        # With ``on_rebase`` the caller decided on ``base``: None is the empty table, and the
-        # commit must check everything committed since (the metastore rebases from None).
-        table.refresh()
-        base = table.current_snapshot_id
-    if rows.num_rows == 0:
-        return WriteResult(None, kind)
+        return OnWriteChange(table, kind, decide, decides=decides, commit_id=commit_id,
+                             replan_attempts=REPLAN_ATTEMPTS)
+    return RunsChange(table, kind, decide, decides=decides, commit_id=commit_id)
+
+
+def fixed_rows(table: TableState, rows: pa.Table, kind: str, *, commit_id: str | None = None,
+               summary: dict[str, Any] | None = None) -> Change:
+    """The change of a write of ``rows`` (table schema + ``_row_kind``) that does not depend
+    on the snapshot: an upsert, change data."""
     check_sequence_values(table, rows)
-    logged: lookup_changelog.LookupChangelog | None = None
-    if changelog_producer(table) == "lookup":
-        # The lookup reads the new runs' rows, not their files: it runs while they are written.
-        writers: list[DataFileWriter] = []
-        try:
-            written = start_runs(table, rows, writers)
-        except BaseException:
-            for writer in writers:
-                writer.abort()
-            raise
-        files, logged = lookup_changelog.finish_with_lookup(table, base, writers, written)
-    else:
-        files = write_runs(table, rows)
-    result = commit_runs(table, kind, base, files, rows, commit_id=commit_id,
-                         summary=summary, on_rebase=on_rebase, lookup_changelog=logged)
-    return replace(result, written=tuple(files))
+    decision = Decision(rows, dict(summary or {}))
+    return rows_change(table, kind, lambda base: decision, decides=False, commit_id=commit_id)
+
+
+def commit_rows(table: TableState, rows: pa.Table, kind: str, *, commit_id: str | None = None,
+                summary: dict[str, Any] | None = None) -> WriteResult:
+    """Write and commit ``rows`` (table schema + ``_row_kind``), with the changelog the
+    table's producer asks for."""
+    return commit(fixed_rows(table, rows, kind, commit_id=commit_id, summary=summary))
 
 
 def check_sequence_values(table: TableState, rows: pa.Table) -> None:
@@ -255,19 +245,29 @@ def conflict_on_touched_keys(table: TableState, keys: pa.Table, base: int | None
     return check
 
 
-def upsert(table: TableState, data: Any, *, commit_id: str | None = None) -> WriteResult:
+def upsert_change(table: TableState, data: Any, *, commit_id: str | None = None) -> Change:
     require_primary_key(table, "upsert()")
     table.refresh()
     rows = collect(table, data)
-    return commit_rows(table, with_kinds(rows, RowKind.INSERT), "upsert", commit_id=commit_id)
+    return fixed_rows(table, with_kinds(rows, RowKind.INSERT), "upsert", commit_id=commit_id)
+
+
+def upsert(table: TableState, data: Any, *, commit_id: str | None = None) -> WriteResult:
+    return commit(upsert_change(table, data, commit_id=commit_id))
+
+
+def changes_change(table: TableState, data: Any, row_kind: str = "op", *,
+                   commit_id: str | None = None) -> Change:
+    """CDC rows: ``row_kind`` names the column holding ``+I -U +U -D`` (or 0-3)."""
+    require_primary_key(table, "write_changes()")
+    table.refresh()
+    return fixed_rows(table, change_rows(table, data, row_kind), "changes", commit_id=commit_id)
 
 
 def write_changes(table: TableState, data: Any, row_kind: str = "op", *,
                   commit_id: str | None = None) -> WriteResult:
     """Write CDC rows: ``row_kind`` names the column holding ``+I -U +U -D`` (or 0-3)."""
-    require_primary_key(table, "write_changes()")
-    table.refresh()
-    return commit_rows(table, change_rows(table, data, row_kind), "changes", commit_id=commit_id)
+    return commit(changes_change(table, data, row_kind, commit_id=commit_id))
 
 
 def change_rows(table: TableState, data: Any, row_kind: str = "op") -> pa.Table:
@@ -293,38 +293,33 @@ def change_rows(table: TableState, data: Any, row_kind: str = "op") -> pa.Table:
     return with_kinds(rows, codes)
 
 
-def delete_keys(table: TableState, expr: Any, *, commit_id: str | None = None) -> WriteResult:
-    """Write tombstones for every key whose current row matches ``expr`` (no rewrite).
-
-    The keys are found on one snapshot; the commit fails inside its transaction if a run
-    committed since may hold one of them (:func:`conflict_on_touched_keys`), and the delete is
-    then planned again on the newer snapshot, up to :data:`REPLAN_ATTEMPTS` times.
-    """
-
+def delete_change(table: TableState, expr: Any, *, commit_id: str | None = None) -> Change:
+    """Tombstones for every key whose row matches ``expr`` on the snapshot planned on (no
+    rewrite). The commit fails inside its transaction if a run committed since may hold one of
+    them, or a row matching since (:func:`conflict_on_touched_keys`); the delete is then
+    planned again on the newer snapshot, up to :data:`REPLAN_ATTEMPTS` times."""
     check_deletes_supported(table, "delete()")
-    for attempt in range(REPLAN_ATTEMPTS):
-        table.refresh()
-        base = table.current_snapshot_id
+
+    def decide(base: int | None) -> Decision | None:
         matched = scan_at(table, base, expr)
         if matched.num_rows == 0:
-            return WriteResult(None, "delete")
-        tombstones = with_kinds(matched, RowKind.DELETE)
-        try:
-            result = commit_rows(table, tombstones, "delete", commit_id=commit_id,
-                                 summary={"deleted_rows": matched.num_rows}, base=base,
-                                 on_rebase=conflict_on_touched_keys(table, matched, base, expr))
-        except CommitConflict as exc:
-            if attempt == REPLAN_ATTEMPTS - 1:
-                raise gave_up("delete()", table, exc) from exc
-            continue
-        return replace(result, removed_rows=matched.num_rows, added_rows=0)
-    raise AssertionError("unreachable")
+            return None
+        return Decision(with_kinds(matched, RowKind.DELETE), {"deleted_rows": matched.num_rows},
+                        conflict_on_touched_keys(table, matched, base, expr),
+                        reported=(0, matched.num_rows))
+
+    return rows_change(table, "delete", decide, decides=True, commit_id=commit_id)
 
 
-def overwrite(table: TableState, data: Any, expr: Any, *, commit_id: str | None = None
-              ) -> WriteResult:
+def delete_keys(table: TableState, expr: Any, *, commit_id: str | None = None) -> WriteResult:
+    """Write tombstones for every key whose current row matches ``expr`` (see
+    :func:`delete_change`)."""
+    return commit(delete_change(table, expr, commit_id=commit_id))
+
+
+def overwrite_change(table: TableState, data: Any, expr: Any, *,
+                     commit_id: str | None = None) -> Change:
     """Replace the rows of whole partitions (or the whole table) of a primary-key table."""
-
     table.refresh()
     rec = table.record
     outside = referenced_columns(expr) - set(rec.partition_by)
@@ -338,131 +333,197 @@ def overwrite(table: TableState, data: Any, expr: Any, *, commit_id: str | None 
     rows = pa.Table.from_batches(batches, schema=table.schema) if batches else \
         table.schema.empty_table()
     files = write_runs(table, with_kinds(rows, RowKind.INSERT)) if rows.num_rows else []
-    return commit_overwrite(table, files, expr, added_rows=rows.num_rows, commit_id=commit_id)
+    return OverwriteChange(table, files, expr, added_rows=rows.num_rows, commit_id=commit_id)
+
+
+def overwrite(table: TableState, data: Any, expr: Any, *, commit_id: str | None = None
+              ) -> WriteResult:
+    """Replace the rows of whole partitions (or the whole table) of a primary-key table."""
+    return commit(overwrite_change(table, data, expr, commit_id=commit_id))
 
 
 def _replaced_tombstones(table: TableState, view: TableView, expr: Any) -> list[int]:
     """The tombstone files of a merge-on-write table in the partitions an overwrite replaces:
     the deletes they remember are of rows the overwrite replaces too."""
     graves = table.metastore.live_files(view.record.table_id, view.snapshot_id,
-                                         content="tombstone")
+                                        content="tombstone")
     if graves.num_rows and not isinstance(expr, AlwaysTrue):
         graves = graves.filter(fully_matching(view, graves, expr))
     return [int(i) for i in graves.column("file_id").to_pylist()]
 
 
-def commit_overwrite(table: TableState, files: list[NewFile], expr: Any, *, added_rows: int,
-                     commit_id: str | None = None,
-                     tombstones: Sequence[NewFile] = ()) -> WriteResult:
-    """Commit runs already written while removing the files of the partitions ``expr`` selects
-    (every file when it is always true); the runs are deleted if the commit does not happen.
-    ``tombstones``: tombstone files of the overwrite's deletes (deletion vectors with a
-    sequence field), committed with it."""
-    rec = table.record
-    try:
-        for attempt in range(5):
-            table.refresh()
-            base = table.current_snapshot_id
-            view = table.view(base, current_schema=True)
-            old = plan_files(view, expr)
-            if old.num_rows and not isinstance(expr, AlwaysTrue):
-                old = old.filter(fully_matching(view, old, expr))
-            remove = old.column("file_id").to_pylist()
-            graves = _replaced_tombstones(table, view, expr) if rec.deletion_vectors else []
-            if not files and not remove and not graves and not tombstones:
-                return WriteResult(None, "overwrite")
-            removed_rows = int(pa.compute.sum(old.column("row_count")).as_py() or 0)
-            if rec.deletion_vectors and remove:
-                # Rows the removed files' vectors had deleted were no longer counted as live.
-                removed_rows -= sum(v.cardinality for v in table.metastore.live_vectors(
-                    rec.table_id, base, remove).values())
-            change = SnapshotChange(
-                kind="overwrite", schema_id=rec.current_schema_id, add=files, remove=remove,
-                tombstones=list(tombstones), remove_tombstones=graves,
-                removed_rows=removed_rows, deletion_vectors=rec.deletion_vectors,
-                commit_id=commit_id, on_rebase=conflict_on_new_matches(table, expr))
-            try:
-                result = table.metastore.commit(rec.table_id, base, change)
-            except CommitConflict:
-                if attempt == 4:
+class OverwriteChange(Change):
+    """Runs already written committed while the files of the partitions ``expr`` selects
+    (every file when it is always true) are removed. ``tombstones``: tombstone files of the
+    overwrite's deletes (deletion vectors with a sequence field), committed with it."""
+
+    replans_on = (CommitConflict,)
+    attempts = 5
+
+    def __init__(self, table: TableState, files: Sequence[NewFile], expr: Any, *,
+                 added_rows: int, commit_id: str | None = None,
+                 tombstones: Sequence[NewFile] = ()) -> None:
+        super().__init__(table, "overwrite", commit_id)
+        self.files, self.expr, self.added_rows = list(files), expr, added_rows
+        self.tombstones = list(tombstones)
+        self.removed: list[int] = []
+        self.removed_rows = 0
+
+    def plan(self, base: int | None) -> SnapshotChange | None:
+        table, expr = self.state, self.expr
+        rec = table.record
+        view = table.view(base, current_schema=True)
+        old = plan_files(view, expr)
+        if old.num_rows and not isinstance(expr, AlwaysTrue):
+            old = old.filter(fully_matching(view, old, expr))
+        self.removed = remove = old.column("file_id").to_pylist()
+        graves = _replaced_tombstones(table, view, expr) if rec.deletion_vectors else []
+        if not self.files and not remove and not graves and not self.tombstones:
+            return None
+        removed_rows = int(pc.sum(old.column("row_count")).as_py() or 0)
+        if rec.deletion_vectors and remove:
+            # Rows the removed files' vectors had deleted were no longer counted as live.
+            removed_rows -= sum(v.cardinality for v in table.metastore.live_vectors(
+                rec.table_id, base, remove).values())
+        self.removed_rows = removed_rows
+        return SnapshotChange(
+            kind="overwrite", schema_id=rec.current_schema_id, add=self.files, remove=remove,
+            tombstones=self.tombstones, remove_tombstones=graves,
+            removed_rows=removed_rows, deletion_vectors=rec.deletion_vectors,
+            commit_id=self.commit_id, on_rebase=conflict_on_new_matches(table, expr))
+
+    def finish(self, commit: CommitResult) -> WriteResult:
+        return WriteResult(commit.snapshot_id, "overwrite", len(self.files), len(self.removed),
+                           self.added_rows, self.removed_rows, commit.attempts,
+                           commit.duplicate)
+
+    def discard(self) -> None:
+        self.state.discard([*self.files, *self.tombstones])
+        self.files, self.tombstones = [], []
+
+
+# -- merge on read ------------------------------------------------------------------------------
+
+
+class RunsChange(Change):
+    """A write to a merge-on-read primary-key table: its rows as one sorted run per partition
+    and bucket (or runs written already, by workers), committed with the changelog the table's
+    producer asks for.
+
+    A ``lookup`` changelog is computed on the snapshot planned on, while the runs are written;
+    it never makes the commit conflict: when commits landed after that snapshot, the commit's
+    transaction (which holds the table, so nothing else lands meanwhile) brings it up to date
+    before recording it (:func:`rebase`), looking up again only the keys those commits also
+    wrote. A write whose rows depend on the snapshot (``decides``: a delete, a merge) has its
+    own check of what it read (``Decision.on_rebase``), and is planned again on the newer
+    snapshot when that finds a conflict, up to :data:`REPLAN_ATTEMPTS` times.
+    """
+
+    def __init__(self, table: TableState, kind: str, decide: Decide | None, *,
+                 decides: bool = False, runs: Sequence[NewFile] = (),
+                 commit_id: str | None = None) -> None:
+        super().__init__(table, kind, commit_id)
+        self.decide = decide
+        self.decides = decides
+        self.replans_on = (CommitConflict,) if decides else ()
+        self.attempts = REPLAN_ATTEMPTS if decides else 1
+        self.prewritten = list(runs)
+        self.runs: list[NewFile] = list(runs)
+        self.changelog: list[NewFile] = []
+        self.lookup: LookupChangelog | None = None
+        self.decision: Decision | None = None
+
+    def _forget_plan(self) -> None:
+        table = self.state
+        if not self.prewritten:
+            table.discard(self.runs)
+            self.runs = []
+        table.discard(self.lookup.files if self.lookup is not None else self.changelog)
+        self.changelog, self.lookup = [], None
+
+    def plan(self, base: int | None) -> SnapshotChange | None:
+        table = self.state
+        self._forget_plan()
+        if self.decide is not None:
+            self.decision = self.decide(base)
+            if self.decision is None:
+                return None
+        rows = self.decision.rows if self.decision is not None else None
+        producer = changelog_producer(table)
+        if not self.prewritten:
+            if rows is None or rows.num_rows == 0:
+                return None
+            if producer == "lookup":
+                # The lookup reads the new runs' rows, not their files: it runs while they
+                # are written.
+                writers: list[DataFileWriter] = []
+                try:
+                    written = start_runs(table, rows, writers)
+                except BaseException:
+                    for writer in writers:
+                        writer.abort()
                     raise
-                continue
-            return WriteResult(result.snapshot_id, "overwrite", len(files), len(remove),
-                               added_rows, change.removed_rows,
-                               result.attempts, result.duplicate)
-    except BaseException:
-        table.discard([*files, *tombstones])
-        raise
-    raise AssertionError("unreachable")
-
-
-# -- committing -------------------------------------------------------------------------------
-
-
-def commit_runs(table: TableState, kind: str, base: int | None, runs: list[NewFile],
-                rows: pa.Table, *, commit_id: str | None = None,
-                summary: dict[str, Any] | None = None,
-                on_rebase: Callable[[pa.Table], None] | None = None,
-                lookup_changelog: LookupChangelog | None = None) -> WriteResult:
-    """Commit written runs with the changelog the table's producer asks for. ``on_rebase`` is
-    the write's own conflict check; its CommitConflict reaches the caller unchanged.
-    ``lookup_changelog``: a ``lookup`` table's changelog of ``runs`` on ``base``, already
-    written (:func:`~arrowlake.table.changelogs.lookup.finish_with_lookup`); computed here when
-    not given.
-
-    A lookup changelog never makes the commit conflict. When commits landed after the snapshot
-    it was computed on, the commit's transaction (which holds the table, so nothing else lands
-    meanwhile) brings it up to date before recording it (:func:`rebase`): only the keys those
-    commits also wrote are looked up again, so the work redone is bounded by what they wrote and
-    contention can delay a write but never fail it."""
-    producer = changelog_producer(table)
-    if producer == "none":
-        return commit_files(table, kind, base, runs, commit_id=commit_id, summary=summary,
-                            on_rebase=on_rebase, deletion_vectors=False)
-    if producer == "full-compaction":
-        # Only full compactions write a changelog: streams skip this snapshot.
-        return commit_files(table, kind, base, runs, commit_id=commit_id,
-                            summary={**(summary or {}), "changelog": producer},
-                            on_rebase=on_rebase, deletion_vectors=False)
-    state: LookupChangelog | None = None
-    try:
-        if producer == "input":
-            changelog = write_changelog(table, rows) if rows.num_rows else []
-        else:
-            state = lookup_changelog if lookup_changelog is not None \
-                else lookup_files(table, base, runs)
-            changelog = state.files
-    except BaseException:
-        table.discard(runs)  # the changelog's own files are deleted already
-        raise
-    # Streams read only the changelog of a snapshot that says it has one (possibly empty: a
-    # lookup that found no value changed), never its runs.
-    noted = {**(summary or {}), "changelog": producer}
-    if state is not None and state.format2:
-        noted[REFERENCING_SUMMARY] = REFERENCING_FORMAT
-
-    def rebased(added: pa.Table) -> None:
-        # The write's own check sees every commit since its base.
-        if on_rebase is not None:
-            on_rebase(added)
-        if state is not None and rebase(table, state, added):
-            # The transaction records the change's changelog and summary after this check:
-            # they are brought up to date in place.
-            changelog[:] = state.files
-            if state.format2:
-                noted[REFERENCING_SUMMARY] = REFERENCING_FORMAT
+                self.runs, self.lookup = lookup_changelog.finish_with_lookup(
+                    table, base, writers, written)
             else:
-                noted.pop(REFERENCING_SUMMARY, None)
+                self.runs = write_runs(table, rows)
+        summary = dict(self.decision.summary) if self.decision is not None else {}
+        own = self.decision.on_rebase if self.decision is not None else None
+        if producer in ("none", "full-compaction"):
+            if producer == "full-compaction":
+                summary["changelog"] = producer  # only full compactions write one
+            return SnapshotChange(kind=self.kind, schema_id=table.record.current_schema_id,
+                                  add=self.runs, commit_id=self.commit_id, summary=summary,
+                                  on_rebase=own, deletion_vectors=False)
+        if producer == "input":
+            self.changelog = write_changelog(table, rows) \
+                if rows is not None and rows.num_rows else []
+        else:
+            if self.lookup is None:
+                self.lookup = lookup_files(table, base, self.runs)
+            self.changelog = self.lookup.files
+        return self._with_changelog(summary, producer, own)
 
-    change = SnapshotChange(kind=kind, schema_id=table.record.current_schema_id, add=runs,
-                            commit_id=commit_id, summary=noted, on_rebase=rebased,
-                            changelog=changelog, deletion_vectors=False)
-    try:
-        result = table.metastore.commit(table.record.table_id, base, change)
-    except BaseException:
-        table.discard([*(state.files if state is not None else changelog), *runs])
-        raise
-    if result.duplicate:
-        table.discard([*changelog, *runs])
-        return WriteResult(result.snapshot_id, kind, attempts=result.attempts, duplicate=True)
-    return write_result(kind, result, runs, 0, 0)
+    def _with_changelog(self, summary: dict[str, Any], producer: str,
+                        own: Callable[[pa.Table], None] | None) -> SnapshotChange:
+        table, state = self.state, self.lookup
+        changelog = list(self.changelog)
+        # Streams read only the changelog of a snapshot that says it has one (possibly empty: a
+        # lookup that found no value changed), never its runs.
+        noted = {**summary, "changelog": producer}
+        if state is not None and state.format2:
+            noted[REFERENCING_SUMMARY] = REFERENCING_FORMAT
+
+        def rebased(added: pa.Table) -> None:
+            # The write's own check sees every commit since its base.
+            if own is not None:
+                own(added)
+            if state is not None and rebase(table, state, added):
+                # The transaction records the change's changelog and summary after this
+                # check: they are brought up to date in place.
+                changelog[:] = state.files
+                if state.format2:
+                    noted[REFERENCING_SUMMARY] = REFERENCING_FORMAT
+                else:
+                    noted.pop(REFERENCING_SUMMARY, None)
+
+        return SnapshotChange(kind=self.kind, schema_id=table.record.current_schema_id,
+                              add=self.runs, commit_id=self.commit_id, summary=noted,
+                              on_rebase=rebased, changelog=changelog, deletion_vectors=False)
+
+    def gave_up(self, exc: CommitConflict) -> CommitConflict:
+        return CommitConflict(
+            f"{self.kind} on table '{self.state.name}' was planned {REPLAN_ATTEMPTS} times and "
+            f"each time another commit changed keys it read before it could commit ({exc}); "
+            "the table is unchanged by it. Retry later, or serialize the writers of these keys")
+
+    def finish(self, commit: CommitResult) -> WriteResult:
+        result = write_result(self.kind, commit, self.runs, 0, 0)
+        reported = self.decision.reported if self.decision is not None else None
+        if reported is not None:
+            result = replace(result, added_rows=reported[0], removed_rows=reported[1])
+        return replace(result, written=tuple(self.runs))
+
+    def discard(self) -> None:
+        self.prewritten = []  # the runs given are the change's to delete too
+        self._forget_plan()

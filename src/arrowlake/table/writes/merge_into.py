@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from arrowlake.errors import ColumnNotFound, CommitConflict, ValidationError
+from arrowlake.errors import ColumnNotFound, ValidationError
 from arrowlake.expressions import (
     AlwaysTrue,
     Column,
@@ -34,14 +34,14 @@ from arrowlake.metastore.inflight import registered_write
 from arrowlake.schema import conform
 from arrowlake.table.keys.lookup import key_range_filter, literal_keys
 from arrowlake.table.options.primary_key import require_primary_key
+from arrowlake.table.writes.change import Change, Decision, commit
 from arrowlake.table.writes.commit import WriteResult
 from arrowlake.table.writes.inputs import batch_stream
 from arrowlake.table.writes.keyed import (
-    REPLAN_ATTEMPTS,
     check_deletes_supported,
-    commit_rows,
+    check_sequence_values,
     conflict_on_touched_keys,
-    gave_up,
+    rows_change,
     scan_at,
     with_kinds,
 )
@@ -208,22 +208,30 @@ class MergeBuilder:
         is then planned again on the newer snapshot, up to a few times, before it fails with
         :class:`~arrowlake.errors.CommitConflict` leaving the table unchanged.
         """
-        if not self.clauses:
-            raise ValidationError("A merge needs at least one when_* clause")
         table = self.table
         with registered_write(table.metastore, table.record.table_id, "merge"):
-            for attempt in range(REPLAN_ATTEMPTS):
-                try:
-                    return self._execute_once()
-                except CommitConflict as exc:
-                    if attempt == REPLAN_ATTEMPTS - 1:
-                        raise gave_up("merge()", self.table, exc) from exc
-        raise AssertionError("unreachable")
+            change, counts = self.change()
+            result = commit(change)
+            if self.after_commit is not None:
+                result = self.after_commit(table, result)
+        return merge_result(result, counts)
 
-    def _execute_once(self) -> MergeResult:
+    def change(self) -> tuple[Change, dict[str, int]]:
+        """The merge as a change of its table, decided on the snapshot it is planned on (and
+        again on each newer one a conflict makes it plan on), and the counts of its last
+        decision (inserted, updated, deleted, unchanged), filled in as it decides."""
+        if not self.clauses:
+            raise ValidationError("A merge needs at least one when_* clause")
+        self.table.refresh()
+        counts = {"insert": 0, "update": 0, "delete": 0, "unchanged": 0}
+
+        def decide(base: int | None) -> Decision | None:
+            return self._decide(base, counts)
+
+        return rows_change(self.table, "merge", decide, decides=True), counts
+
+    def _decide(self, base: int | None, out: dict[str, int]) -> Decision | None:
         table = self.table
-        table.refresh()
-        base = table.current_snapshot_id
         joined = self._joined(base)
         n = joined.num_rows
         matched = pc.fill_null(joined.column("target.__matched"), False).to_numpy(
@@ -250,19 +258,22 @@ class MergeBuilder:
             else:
                 rows = self._rows(joined, applicable, clause.values, "source")
                 parts.append(with_kinds(rows, RowKind.INSERT))
-        unchanged = n - int(assigned.sum())
+        out.update(counts, unchanged=n - int(assigned.sum()))
         if not parts:
-            return MergeResult(None, 0, 0, 0, unchanged)
+            return None
         rows = pa.concat_tables(parts)
         assert ROW_KIND in rows.column_names
+        check_sequence_values(table, rows)
         # Every source key was decided on (matched or not): a new version of any may change
         # the outcome, so all of them are checked against commits landing meanwhile.
-        result = commit_rows(table, rows, "merge", summary=counts, base=base,
-                             on_rebase=conflict_on_touched_keys(table, self.source, base))
-        if self.after_commit is not None:
-            result = self.after_commit(table, result)
-        return MergeResult(result.snapshot_id, counts["insert"], counts["update"],
-                           counts["delete"], unchanged)
+        return Decision(rows, dict(counts), conflict_on_touched_keys(table, self.source, base))
+
+
+def merge_result(result: WriteResult, counts: dict[str, int]) -> MergeResult:
+    """What a merge did, once its change committed (``result``) with these ``counts`` (rows
+    the clauses chose, even where the engine then changed nothing: a ``first-row`` update)."""
+    return MergeResult(result.snapshot_id, counts["insert"], counts["update"],
+                       counts["delete"], counts["unchanged"])
 
 
 def _conformed_source(table: TableState, src: pa.Table) -> pa.Table:

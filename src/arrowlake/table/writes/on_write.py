@@ -30,6 +30,7 @@ writes applied in commit order.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -46,7 +47,13 @@ from arrowlake.merge import ROW_KIND, SEQUENCE, Deduplicate, FirstRow, MergeEngi
 from arrowlake.merge.equality import same_rows
 from arrowlake.merge.versions import is_retraction, row_kinds
 from arrowlake.metastore.inflight import new_file_name
-from arrowlake.metastore.records import NewFile, NewVector, SnapshotChange, StaleVectors
+from arrowlake.metastore.records import (
+    CommitResult,
+    NewFile,
+    NewVector,
+    SnapshotChange,
+    StaleVectors,
+)
 from arrowlake.scan.planning import TableView, file_tasks
 from arrowlake.scan.split import FileTask
 from arrowlake.table.changelogs.files import write_changelog
@@ -62,10 +69,13 @@ from arrowlake.table.keys.lookup import (
 )
 from arrowlake.table.keys.runs import run_groups, start_group_writers
 from arrowlake.table.options.primary_key import changelog_producer, merge_engine, sequence_field
+from arrowlake.table.writes.change import Change, Decide, Decision
 from arrowlake.table.writes.plain import WriteResult
 
 if TYPE_CHECKING:
     from arrowlake.table.state import TableState
+
+_log = logging.getLogger(__name__)
 
 #: How often a write looks its keys up again after other commits changed its buckets.
 ATTEMPTS = 50
@@ -100,149 +110,182 @@ class _Plan:
         return sum(g[2].num_rows for g in self.groups)
 
 
-def commit_on_write(table: TableState, rows: pa.Table, kind: str, *, commit_id: str | None = None,
-                    summary: dict[str, Any] | None = None, base: int | None = None,
-                    on_rebase: Callable[[pa.Table], None] | None = None,
-                    changelog: Sequence[NewFile] = ()) -> WriteResult:
-    """Write ``rows`` (table schema + ``_row_kind``) to a merge-on-write table and commit
-    them on ``base`` (the current snapshot when None), looking the keys up again for as long
-    as other commits keep changing the buckets written. ``on_rebase`` is the write's own
-    conflict check (deletes and MERGE INTO), run first. ``changelog``: changelog files
-    already written (``input`` producer), committed with the write even when it changes no
-    row, and deleted with its files when it does not land."""
-    # The snapshot the caller decided on (what to delete, insert, update); with ``on_rebase``
-    # None is the empty table before its first snapshot, not "whatever is current".
-    decided_on = base
-    if base is None:
-        table.refresh()
-        base = table.current_snapshot_id
-    if on_rebase is None:
-        decided_on = base
-    if rows.num_rows == 0:
-        return WriteResult(None, kind)
-    engine = merge_engine(table)
-    seq_field = sequence_field(table)
-    incoming = list(run_groups(table, rows))
-    # New rows that do not depend on the live ones are written once, whatever the retries.
-    blind = isinstance(engine, Deduplicate) and seq_field is None
-    additions = _blind_additions(incoming) if blind else []
-    files: list[NewFile] = []
-    graves: list[NewFile] = []
-    written = _Written([])
-    plan = _Plan()
-    vectors: list[NewVector] = []
-    puffin_path: str | None = None
+class OnWriteChange(Change):
+    """A write to a merge-on-write table (upsert, change data, delete, MERGE INTO): the rows
+    ``decide`` returns for a snapshot, resolved against the live rows of their keys (looked up
+    on that snapshot), written where they change something, and the replaced rows marked
+    deleted in their files' vectors.
 
-    def prepare(base: int | None) -> SnapshotChange | None:
-        """One attempt on snapshot ``base``: look the keys up, write what depends on them,
-        and return the change to commit (None when it changes nothing)."""
-        nonlocal files, graves, written, plan, vectors, puffin_path
-        if on_rebase is not None and base is not None and base != decided_on:
-            # A retry plans on a newer snapshot, so the commit checks only what lands after
-            # it: the commits since the caller's decision are checked here (a delete or
-            # merge must not commit a decision a commit in between made stale).
-            _own_check(table, decided_on, on_rebase, table.metastore.files_added_between(
-                None, table.record.table_id, decided_on, base))
+    A commit that lands first in a bucket it writes, or extends a vector it extends, makes
+    the lookups stale (:class:`StaleVectors`): it plans again on the newer snapshot, up to
+    :data:`ATTEMPTS` times, holding the table after :data:`FREE_ATTEMPTS`. A write whose rows
+    depend on the snapshot (``decides``: a delete, a merge) decides them again whenever it
+    plans; when its own check finds that commits since changed what it read
+    (:class:`CommitConflict`), it plans again at most ``REPLAN_ATTEMPTS`` times.
+    """
+
+    replans_on = (CommitConflict,)
+    attempts = ATTEMPTS
+    hold_after = FREE_ATTEMPTS
+
+    def __init__(self, table: TableState, kind: str, decide: Decide, *, decides: bool,
+                 commit_id: str | None = None, replan_attempts: int = 5) -> None:
+        super().__init__(table, kind, commit_id)
+        self.decide = decide
+        self.decides = decides
+        self.replan_attempts = replan_attempts
+        self.engine = merge_engine(table)
+        self.seq_field = sequence_field(table)
+        self.producer = changelog_producer(table)
+        # New rows that do not depend on the live ones are written once per decision, whatever
+        # the retries.
+        self.blind = isinstance(self.engine, Deduplicate) and self.seq_field is None
+        self.decision: Decision | None = None
+        self.decisions = 0
+        self.decided_on: int | None = None  # the snapshot the decision was made on
+        self.redecide = False  # the last plan's own check found what it read changed
+        self.incoming: list[_Group] = []
+        self.additions: list[_Group] = []
+        self.changelog: list[NewFile] = []
+        self.files: list[NewFile] = []
+        self.graves: list[NewFile] = []
+        self.written = _Written([])
+        self.current = _Plan()
+        self.vectors: list[NewVector] = []
+        self.puffin_path: str | None = None
+
+    def _decide(self, base: int | None) -> Decision | None:
+        table = self.state
+        if self.decision is not None and not (self.decides and self.redecide):
+            if self.decides and base is not None and base != self.decided_on \
+                    and self.decision.on_rebase is not None:
+                # Planned again because lookups went stale, not because what it read changed:
+                # the decision stands if the commits since it was made leave what it read
+                # alone (else CommitConflict, and it decides again).
+                _own_check(table, self.decided_on, self.decision.on_rebase,
+                           table.metastore.files_added_between(None, table.table_id,
+                                                               self.decided_on, base))
+            return self.decision
+        self.redecide = False
+        self.decided_on = base
+        self.decisions += 1
+        decision = self.decide(base)
+        table.discard(self.changelog)
+        self.changelog = []
+        self.decision = decision
+        if decision is None:
+            return None
+        self.incoming = list(run_groups(table, decision.rows)) if decision.rows.num_rows \
+            else []
+        self.additions = _blind_additions(self.incoming) if self.blind else []
+        if self.producer == "input" and decision.rows.num_rows:
+            # The rows exactly as given, committed with the write even when it changes none.
+            self.changelog = write_changelog(table, decision.rows)
+        return decision
+
+    def plan(self, base: int | None) -> SnapshotChange | None:
+        table = self.state
+        _forget(table, self.puffin_path)
+        self.puffin_path = None
+        if self.decides and self.redecide:
+            # Deciding again: what the last plan wrote follows the old decision.
+            table.discard([*self.files, *self.graves])
+            self.files, self.graves, self.written = [], [], _Written([])
+        decision = self._decide(base)
+        if decision is None or (decision.rows.num_rows == 0 and not self.changelog):
+            return None
         view = table.view(base, current_schema=True)
 
         def plan_now(view: TableView = view) -> _Plan:
-            return _plan(table, view, incoming, engine, seq_field)
+            return _plan(table, view, self.incoming, self.engine, self.seq_field)
 
-        _forget(table, puffin_path)
-        puffin_path = None
-        if blind:
-            if not files and not written.files:
+        if self.blind:
+            if not self.files and not self.written.files:
                 # The lookup runs while the write pool compresses the new rows.
-                written, planned = _write(table, additions, during=plan_now)
-                files = written.files
+                self.written, planned = _write(table, self.additions, during=plan_now)
+                self.files = self.written.files
                 assert planned is not None
-                plan = planned
+                self.current = planned
             else:
-                plan = plan_now()
-            plan.groups = additions
+                self.current = plan_now()
+            self.current.groups = self.additions
         else:
-            plan = plan_now()
-            table.discard([*files, *graves])
-            files, graves = [], []
-            written, _ = _write(table, plan.groups)
-            files = written.files
-            tombstones, _ = _write(table, plan.tombstones)
-            graves = [replace(f, content="tombstone") for f in tombstones.files]
-        vectors, puffin_path = _vectors(table, plan)
-        if not files and not vectors and not graves and not changelog:
+            self.current = plan_now()
+            table.discard([*self.files, *self.graves])
+            self.files, self.graves = [], []
+            self.written, _ = _write(table, self.current.groups)
+            self.files = self.written.files
+            tombstones, _ = _write(table, self.current.tombstones)
+            self.graves = [replace(f, content="tombstone") for f in tombstones.files]
+        self.vectors, self.puffin_path = _vectors(table, self.current)
+        if not self.files and not self.vectors and not self.graves and not self.changelog:
             return None
+        summary = dict(decision.summary)
+        if self.producer in ("input", "full-compaction"):
+            summary["changelog"] = self.producer
         return SnapshotChange(
-            kind=kind, schema_id=table.record.current_schema_id, add=files,
-            vectors=vectors, tombstones=graves,
-            removed_rows=sum(v.new_positions for v in vectors),
-            commit_id=commit_id, changelog=changelog,
-            summary={**(summary or {}), "replaced_rows": plan.replaced},
-            on_rebase=_rebase_check(table, base, incoming, on_rebase),
+            kind=self.kind, schema_id=table.record.current_schema_id, add=self.files,
+            vectors=self.vectors, tombstones=self.graves,
+            removed_rows=sum(v.new_positions for v in self.vectors),
+            commit_id=self.commit_id, changelog=self.changelog,
+            summary={**summary, "replaced_rows": self.current.replaced},
+            on_rebase=_rebase_check(table, base, self.incoming, decision.on_rebase),
             deletion_vectors=True)
 
-    try:
-        result = None
-        for attempt in range(ATTEMPTS):
-            try:
-                if attempt < FREE_ATTEMPTS or not table.metastore.can_hold:
-                    change = prepare(base)
-                    if change is None:
-                        return WriteResult(None, kind)
-                    result = table.metastore.commit(table.record.table_id, base, change)
-                else:
-                    # Others keep landing first: plan and commit holding the table.
-                    result = table.metastore.commit_holding(table.record.table_id, prepare)
-                    if result is None:
-                        return WriteResult(None, kind)
-            except StaleVectors:
-                _forget(table, puffin_path)
-                puffin_path = None
-                table.refresh()
-                base = table.current_snapshot_id
-                continue
-            except BaseException:
-                _forget(table, puffin_path)
-                raise
-            break
-        if result is None:
-            raise CommitConflict(
-                f"A {kind} of table '{table.name}' looked its keys up {ATTEMPTS} times and each "
-                "time other commits changed the buckets it writes before it could commit; the "
-                "table is unchanged by it. Retry later")
-        if result.duplicate:
-            table.discard([*files, *graves, *changelog])
-            _forget(table, puffin_path)
-        else:
-            _advance_indexes(table, plan, written, vectors)
-        new_positions = sum(v.new_positions for v in vectors)
-        return WriteResult(result.snapshot_id, kind, len(files), 0, plan.rows,
-                           new_positions, result.attempts, result.duplicate,
-                           replaced=plan.replaced,
-                           buckets=tuple(sorted({b for _, b, _ in incoming})),
-                           added_bytes=sum(f.file_size for f in files))
-    except BaseException:
-        table.discard([*files, *graves, *changelog])
-        raise
+    def should_plan_again(self, exc: CommitConflict, attempt: int) -> bool:
+        if isinstance(exc, StaleVectors):
+            return attempt < ATTEMPTS
+        # The write's own check: what it decided on changed. Only a write that decides
+        # again can get past it.
+        self.redecide = self.decides
+        return self.decides and self.decisions < self.replan_attempts
+
+    def gave_up(self, exc: CommitConflict) -> CommitConflict:
+        if isinstance(exc, StaleVectors):
+            return CommitConflict(
+                f"A {self.kind} of table '{self.state.name}' looked its keys up {ATTEMPTS} "
+                "times and each time other commits changed the buckets it writes before it "
+                "could commit; the table is unchanged by it. Retry later")
+        if not self.decides:
+            return exc  # not the write's own check: a mode switch, say
+        return CommitConflict(
+            f"{self.kind} on table '{self.state.name}' was planned {self.decisions} times and "
+            f"each time another commit changed keys it read before it could commit ({exc}); "
+            "the table is unchanged by it. Retry later, or serialize the writers of these keys")
+
+    def finish(self, commit: CommitResult) -> WriteResult:
+        table = self.state
+        try:
+            _advance_indexes(table, self.current, self.written, self.vectors)
+        except Exception as exc:  # the write landed: the cache only speeds up the next one
+            _log.warning("Snapshot %s of %s committed, but keeping its key indexes failed: %s",
+                         commit.snapshot_id, table.name, exc)
+        new_positions = sum(v.new_positions for v in self.vectors)
+        reported = self.decision.reported if self.decision is not None else None
+        added, removed = reported if reported is not None else \
+            (self.current.rows, new_positions)
+        return WriteResult(commit.snapshot_id, self.kind, len(self.files), 0, added,
+                           removed, commit.attempts, commit.duplicate,
+                           replaced=self.current.replaced,
+                           buckets=tuple(sorted({b for _, b, _ in self.incoming})),
+                           added_bytes=sum(f.file_size for f in self.files))
+
+    def discard(self) -> None:
+        table = self.state
+        _forget(table, self.puffin_path)
+        table.discard([*self.files, *self.graves, *self.changelog])
+        self.puffin_path, self.files, self.graves, self.changelog = None, [], [], []
+        self.written = _Written([])
 
 
-def commit_with_changelog(table: TableState, rows: pa.Table, kind: str, *,
-                          commit_id: str | None = None, summary: dict[str, Any] | None = None,
-                          base: int | None = None,
-                          on_rebase: Callable[[pa.Table], None] | None = None) -> WriteResult:
-    """:func:`~arrowlake.table.writes.on_write.commit_on_write` with what the table's changelog
-    producer records: ``input`` the rows as given (changelog files committed with the write),
-    ``full-compaction`` that the snapshot has no changelog; nothing for the others."""
-    producer = changelog_producer(table)
-    if producer not in ("input", "full-compaction"):
-        return commit_on_write(table, rows, kind, commit_id=commit_id, summary=summary,
-                               base=base, on_rebase=on_rebase)
-    noted = {**(summary or {}), "changelog": producer}
-    if producer == "full-compaction" or rows.num_rows == 0:
-        return commit_on_write(table, rows, kind, commit_id=commit_id, summary=noted,
-                               base=base, on_rebase=on_rebase)
-    # commit_on_write deletes these files whenever the commit does not happen.
-    return commit_on_write(table, rows, kind, commit_id=commit_id, summary=noted, base=base,
-                           on_rebase=on_rebase, changelog=write_changelog(table, rows))
+def on_write_change(table: TableState, rows: pa.Table, kind: str, *,
+                    commit_id: str | None = None, summary: dict[str, Any] | None = None
+                    ) -> OnWriteChange:
+    """The change of a write of ``rows`` (table schema + ``_row_kind``) that does not depend
+    on the snapshot (an upsert, change data, staged rows)."""
+    decision = Decision(rows, dict(summary or {}))
+    return OnWriteChange(table, kind, lambda base: decision, decides=False,
+                         commit_id=commit_id)
 
 
 def write_tombstones(table: TableState, rows: pa.Table) -> list[NewFile]:
@@ -535,4 +578,4 @@ def _forget(table: TableState, relative: str | None) -> None:
         table.discard([NewFile(relative, 0, 0, 0)])
 
 
-__all__ = ["commit_on_write", "commit_with_changelog", "write_tombstones"]
+__all__ = ["OnWriteChange", "on_write_change", "write_tombstones"]

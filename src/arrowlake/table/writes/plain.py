@@ -18,32 +18,35 @@ import pyarrow.compute as pc
 from arrowlake.errors import CommitConflict
 from arrowlake.expressions import AlwaysTrue, Expr, evaluate, may_match, referenced_columns
 from arrowlake.io.writer import write_batches
+from arrowlake.metastore.records import CommitResult
 from arrowlake.metastore.store import NewFile, SnapshotChange
 from arrowlake.scan.planning import file_stats, file_tasks, fully_matching, make_splits, plan_files
 from arrowlake.scan.read import read_split_table
-from arrowlake.table.writes.commit import WriteResult, commit_files, write_result
+from arrowlake.table.writes.change import Change, FilesChange, commit
+from arrowlake.table.writes.commit import WriteResult, write_result
 from arrowlake.table.writes.inputs import conformed
 
 if TYPE_CHECKING:
     from arrowlake.table.state import TableState
 
 
-def append(table: TableState, data: Any, *, commit_id: str | None = None) -> WriteResult:
+def append_change(table: TableState, data: Any, *, commit_id: str | None = None
+                  ) -> FilesChange:
+    """Plan an append: ``data`` written as files, to be committed."""
     table.refresh()
-    base = table.current_snapshot_id
     target = table.file_target()
-    files = write_batches(target, conformed(data, target.schema),
-                          table.record.partition_by)
-    if not files:
-        return WriteResult(None, "append")
-    return commit_files(table, "append", base, files, commit_id=commit_id)
+    files = write_batches(target, conformed(data, target.schema), table.record.partition_by)
+    return FilesChange(table, "append", files, commit_id=commit_id)
+
+
+def append(table: TableState, data: Any, *, commit_id: str | None = None) -> WriteResult:
+    return commit(append_change(table, data, commit_id=commit_id))
 
 
 def append_parts(table: TableState, parts: Sequence[Any], *, commit_id: str | None = None
                  ) -> WriteResult:
     """Append each of ``parts`` as its own file(s), all in one snapshot."""
     table.refresh()
-    base = table.current_snapshot_id
     target = table.file_target()
     files: list[NewFile] = []
     try:
@@ -53,9 +56,7 @@ def append_parts(table: TableState, parts: Sequence[Any], *, commit_id: str | No
     except BaseException:
         table.discard(files)
         raise
-    if not files:
-        return WriteResult(None, "append")
-    return commit_files(table, "append", base, files, commit_id=commit_id)
+    return commit(FilesChange(table, "append", files, commit_id=commit_id))
 
 
 @dataclass(frozen=True)
@@ -124,57 +125,71 @@ def conflict_on_new_matches(table: TableState, expr: Expr) -> Any:
     return check
 
 
-def rewrite(table: TableState, kind: str, expr: Expr, add: list[NewFile], *,
-            commit_id: str | None = None, retries: int = 5) -> WriteResult:
-    """Commit ``add`` while removing every row matching ``expr`` (delete and overwrite)."""
-    try:
-        for attempt in range(retries):
-            table.refresh()
-            base = table.current_snapshot_id
-            removal = _plan_removal(table, base, expr)
-            if not add and not removal.remove:
-                return WriteResult(None, kind)
-            change = SnapshotChange(
-                kind=kind, schema_id=table.record.current_schema_id,
-                add=add + removal.rewritten, remove=removal.remove,
-                removed_rows=removal.removed_file_rows, commit_id=commit_id,
-                summary={"deleted_rows": removal.removed_rows,
-                         "rewritten_files": len(removal.rewritten),
-                         # For change streams: the removed files' rows matching the filter are
-                         # exactly the rows removed; the rewritten files carry rows over.
-                         "filter": "" if isinstance(expr, AlwaysTrue) else str(expr),
-                         "rewritten_paths": [f.path for f in removal.rewritten]},
-                on_rebase=conflict_on_new_matches(table, expr))
-            try:
-                result = table.metastore.commit(table.record.table_id, base, change)
-            except CommitConflict:
-                table.discard(removal.rewritten)
-                if attempt == retries - 1:
-                    raise
-                continue
-            except BaseException:
-                table.discard(removal.rewritten)
-                raise
-            if result.duplicate:
-                table.discard(add + removal.rewritten)
-                return WriteResult(result.snapshot_id, kind, attempts=result.attempts,
-                                   duplicate=True)
-            return write_result(kind, result, add, len(removal.remove), removal.removed_rows)
-    except BaseException:
-        table.discard(add)
-        raise
-    raise AssertionError("unreachable")
+class RewriteChange(Change):
+    """Files ``add`` (written already) committed while every row matching ``expr`` is removed:
+    whole files where statistics prove every row matches, the rest of the others rewritten. A
+    commit that lands first and may hold matching rows makes it plan again."""
+
+    replans_on = (CommitConflict,)
+    attempts = 5
+
+    def __init__(self, table: TableState, kind: str, expr: Expr, add: Sequence[NewFile], *,
+                 commit_id: str | None = None) -> None:
+        super().__init__(table, kind, commit_id)
+        self.expr = expr
+        self.add = list(add)
+        self.removal = _Removal([], 0, 0, [])
+
+    def plan(self, base: int | None) -> SnapshotChange | None:
+        table, expr = self.state, self.expr
+        table.discard(self.removal.rewritten)  # an earlier plan's, for an older snapshot
+        self.removal = _Removal([], 0, 0, [])
+        self.removal = removal = _plan_removal(table, base, expr)
+        if not self.add and not removal.remove:
+            return None
+        return SnapshotChange(
+            kind=self.kind, schema_id=table.record.current_schema_id,
+            add=self.add + removal.rewritten, remove=removal.remove,
+            removed_rows=removal.removed_file_rows, commit_id=self.commit_id,
+            summary={"deleted_rows": removal.removed_rows,
+                     "rewritten_files": len(removal.rewritten),
+                     # For change streams: the removed files' rows matching the filter are
+                     # exactly the rows removed; the rewritten files carry rows over.
+                     "filter": "" if isinstance(expr, AlwaysTrue) else str(expr),
+                     "rewritten_paths": [f.path for f in removal.rewritten]},
+            on_rebase=conflict_on_new_matches(table, expr))
+
+    def finish(self, commit: CommitResult) -> WriteResult:
+        return write_result(self.kind, commit, self.add, len(self.removal.remove),
+                            self.removal.removed_rows)
+
+    def discard(self) -> None:
+        self.state.discard([*self.add, *self.removal.rewritten])
+        self.add, self.removal = [], _Removal([], 0, 0, [])
 
 
-def overwrite(table: TableState, data: Any, expr: Expr, *, commit_id: str | None = None
-              ) -> WriteResult:
+def overwrite_change(table: TableState, data: Any, expr: Expr, *,
+                     commit_id: str | None = None) -> RewriteChange:
+    """Plan an overwrite: ``data`` (every row matching ``expr``) written, to replace the rows
+    matching ``expr``."""
     table.refresh()
     target = table.file_target()
     check = None if isinstance(expr, AlwaysTrue) else expr
     files = write_batches(target, conformed(data, target.schema, check=check),
                           table.record.partition_by)
-    return rewrite(table, "overwrite", expr, files, commit_id=commit_id)
+    return RewriteChange(table, "overwrite", expr, files, commit_id=commit_id)
+
+
+def overwrite(table: TableState, data: Any, expr: Expr, *, commit_id: str | None = None
+              ) -> WriteResult:
+    return commit(overwrite_change(table, data, expr, commit_id=commit_id))
 
 
 def delete(table: TableState, expr: Expr, *, commit_id: str | None = None) -> WriteResult:
-    return rewrite(table, "delete", expr, [], commit_id=commit_id)
+    return commit(RewriteChange(table, "delete", expr, [], commit_id=commit_id))
+
+
+def rewrite(table: TableState, kind: str, expr: Expr, add: list[NewFile], *,
+            commit_id: str | None = None) -> WriteResult:
+    """Commit ``add`` while removing every row matching ``expr`` (delete and overwrite)."""
+    return commit(RewriteChange(table, kind, expr, add, commit_id=commit_id))
