@@ -117,7 +117,7 @@ def test_the_fast_path_returns_the_rows_of_scan_for_every_float_filter(spark, fl
 
 def test_the_format_option_returns_the_same_rows(spark, floats):
     path, _, t = floats
-    for f in READ_FILTERS[:4]:
+    for f in ("x > 1", "x in (1.0, 'NaN')"):  # the data source applies arrowlake's filter
         rows = (spark.read.format("arrowlake").option("lake", str(path)).option("filter", f)
                 .load("s.f").select("id").collect())
         assert sorted(r["id"] for r in rows) == scan_ids(t, [f])[0], f
