@@ -10,6 +10,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from typing import TypeVar
 
 import pyarrow as pa
 import sqlalchemy as sa
@@ -39,6 +40,8 @@ from arrowlake.metastore.records import (
     rows_to_table,
     same_nulls,
 )
+
+_T = TypeVar("_T")
 
 
 class Commits(Database):
@@ -141,51 +144,38 @@ class Commits(Database):
         for change in changes:
             check_commit_id(change.commit_id)
         current_write = CURRENT_WRITE.get()
-        attempts = 0
-        while True:
-            attempts += 1
-            try:
-                with self._write() as conn:
-                    if attempts > 1:
-                        mine = self._landed(tables[0], tokens[0], conn)
-                        if mine is not None:
-                            return [CommitResult(self._landed(t, tok, conn), attempts)
-                                    for t, tok in zip(tables, tokens, strict=True)]
-                    if commit_id is not None:
-                        found = self._transaction_duplicates(conn, tables, commit_id)
-                        if any(f is not None for f in found):
-                            return [CommitResult(f, attempts, True) for f in found]
-                    results: list[tuple[int, bool] | None] = [None] * len(entries)
-                    for i in order:
-                        table_id, base, _ = entries[i]
-                        try:
-                            results[i] = self._commit_once(conn, table_id, base, changes[i],
-                                                           tokens[i], False, current_write)
-                        except CommitConflict as exc:
-                            raise TableConflict(table_id, exc) from exc
-                    if self.dialect == "postgresql":
-                        for table_id in tables:
-                            conn.execute(sa.select(sa.func.pg_notify(signals.CHANNEL,
-                                                                     str(table_id))))
-                for table_id in tables:
-                    signals.publish(self.url, table_id)
-                return [CommitResult(r[0], attempts) for r in results if r is not None]
-            except CommitConflict:
-                raise
-            except (DBAPIError, _LostRace) as exc:
-                retryable = isinstance(exc, (IntegrityError, OperationalError, _LostRace)) or (
-                    isinstance(exc, DBAPIError) and exc.connection_invalidated)
-                if not retryable:
-                    raise
-                if attempts >= self.commit_retries:
-                    landed = self._landed(tables[0], tokens[0])
-                    if landed is not None:
-                        return [CommitResult(self._landed(t, tok), attempts)
+
+        def once(attempts: int) -> list[CommitResult]:
+            with self._write() as conn:
+                if attempts > 1:
+                    mine = self._landed(tables[0], tokens[0], conn)
+                    if mine is not None:
+                        return [CommitResult(self._landed(t, tok, conn), attempts)
                                 for t, tok in zip(tables, tokens, strict=True)]
-                    raise CommitConflict(
-                        f"Gave up committing a transaction of {len(tables)} tables after "
-                        f"{attempts} attempts: {exc}") from exc
-                time.sleep(min(0.5, 0.002 * 2 ** min(attempts, 8)) * random.random())
+                if commit_id is not None:
+                    found = self._transaction_duplicates(conn, tables, commit_id)
+                    if any(f is not None for f in found):
+                        return [CommitResult(f, attempts, True) for f in found]
+                results: list[tuple[int, bool] | None] = [None] * len(entries)
+                for i in order:
+                    table_id, base, _ = entries[i]
+                    try:
+                        results[i] = self._commit_once(conn, table_id, base, changes[i],
+                                                       tokens[i], False, current_write)
+                    except CommitConflict as exc:
+                        raise TableConflict(table_id, exc) from exc
+                self._notify(conn, tables)
+            for table_id in tables:
+                signals.publish(self.url, table_id)
+            return [CommitResult(r[0], attempts) for r in results if r is not None]
+
+        def landed(attempts: int) -> list[CommitResult] | None:
+            if self._landed(tables[0], tokens[0]) is None:
+                return None
+            return [CommitResult(self._landed(t, tok), attempts)
+                    for t, tok in zip(tables, tokens, strict=True)]
+
+        return self._retrying(once, landed, f"a transaction of {len(tables)} tables")
 
     @staticmethod
     def _transaction_duplicates(conn: Connection, tables: Sequence[int], commit_id: str
@@ -201,21 +191,42 @@ class Commits(Database):
         """Run ``once`` (one commit attempt in a write transaction) until it lands or fails for
         good: lost races and transient database errors are retried with backoff."""
         token = uuid.uuid4().hex
+
+        def attempt(attempts: int) -> CommitResult | None:
+            with self._write() as conn:
+                result = once(conn, token, attempts > 1)
+                if result is None:
+                    return None
+                if not result[1]:
+                    self._notify(conn, [table_id])
+            if not result[1]:
+                signals.publish(self.url, table_id)
+            return CommitResult(result[0], attempts, result[1])
+
+        def landed(attempts: int) -> CommitResult | None:
+            snapshot = self._landed(table_id, token)
+            return None if snapshot is None else CommitResult(snapshot, attempts)
+
+        return self._retrying(attempt, landed, f"to table {table_id}")
+
+    def _notify(self, conn: Connection, table_ids: Sequence[int]) -> None:
+        """On PostgreSQL, tell streams in every process (signals.listen) that these tables
+        moved: delivered at COMMIT."""
+        if self.dialect == "postgresql":
+            for table_id in table_ids:
+                conn.execute(sa.select(sa.func.pg_notify(signals.CHANNEL, str(table_id))))
+
+    def _retrying(self, once: Callable[[int], _T], landed: Callable[[int], _T | None],
+                  what: str) -> _T:
+        """``once(attempt)`` (one commit attempt in a write transaction) until it returns or
+        fails for good: lost races and transient database errors are retried with jittered
+        backoff; once retries run out, ``landed(attempts)`` tells whether an attempt whose
+        reply was lost committed after all."""
         attempts = 0
         while True:
             attempts += 1
             try:
-                with self._write() as conn:
-                    result = once(conn, token, attempts > 1)
-                    if result is None:
-                        return None
-                    if self.dialect == "postgresql" and not result[1]:
-                        # Delivered at COMMIT, to streams in every process (signals.listen).
-                        conn.execute(sa.select(sa.func.pg_notify(signals.CHANNEL,
-                                                                 str(table_id))))
-                if not result[1]:
-                    signals.publish(self.url, table_id)
-                return CommitResult(result[0], attempts, result[1])
+                return once(attempts)
             except CommitConflict:
                 raise
             except (DBAPIError, _LostRace) as exc:
@@ -224,12 +235,11 @@ class Commits(Database):
                 if not retryable:
                     raise
                 if attempts >= self.commit_retries:
-                    landed = self._landed(table_id, token)
-                    if landed is not None:
-                        return CommitResult(landed, attempts)
+                    got = landed(attempts)
+                    if got is not None:
+                        return got
                     raise CommitConflict(
-                        f"Gave up committing to table {table_id} after {attempts} attempts: "
-                        f"{exc}") from exc
+                        f"Gave up committing {what} after {attempts} attempts: {exc}") from exc
                 time.sleep(min(0.5, 0.002 * 2 ** min(attempts, 8)) * random.random())
 
     def _landed(self, table_id: int, token: str, conn: Connection | None = None) -> int | None:

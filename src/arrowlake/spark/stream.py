@@ -491,6 +491,25 @@ class ArrowlakeStreamWriter(DataSourceStreamArrowWriter):
                                              if isinstance(m, StagedMessage | StreamMessage)])
 
 
+def batch_query_id(batch_df: Any, given: str | None, what: str) -> str:
+    """The streaming query a ``foreachBatch`` function's batch belongs to: ``given`` (the
+    function's ``queryId``), else the id Spark records for the query's batches. Under Spark
+    Connect the function runs in a session of the server's that cannot see it."""
+    if given:
+        return given
+    if is_connect(batch_df.sparkSession):
+        raise ValidationError(
+            f"{what} under Spark Connect cannot see the streaming query's id: pass "
+            "queryId=... (a name unique to the query that it keeps when it restarts from its "
+            f"checkpoint), e.g. {what}(..., queryId='daily')")
+    query = batch_df.sparkSession.sparkContext.getLocalProperty(QUERY_ID_PROPERTY)
+    if not query:
+        raise ValidationError(
+            f"{what} runs inside a streaming query's foreachBatch; outside one, pass "
+            "queryId=... to name the writer")
+    return str(query)
+
+
 def foreach_batch_sink(lake: str | None, table: str, **options: str
                        ) -> Callable[[Any, int], None]:
     """A ``foreachBatch`` function writing each micro-batch to ``table`` in one commit with
@@ -509,18 +528,7 @@ def foreach_batch_sink(lake: str | None, table: str, **options: str
     """
 
     def write_batch(batch_df: Any, batch_id: int) -> None:
-        query = options.get("queryId")
-        if not query and is_connect(batch_df.sparkSession):
-            raise ValidationError(
-                "foreach_batch_sink under Spark Connect cannot see the streaming query's id: "
-                "pass queryId=... (a name unique to the query that it keeps when it restarts "
-                "from its checkpoint), e.g. foreach_batch_sink(lake, table, queryId='daily')")
-        if not query:
-            query = batch_df.sparkSession.sparkContext.getLocalProperty(QUERY_ID_PROPERTY)
-        if not query:
-            raise ValidationError(
-                "foreach_batch_sink runs inside a streaming query's foreachBatch; outside one, "
-                "pass queryId=... to name the writer")
+        query = batch_query_id(batch_df, options.get("queryId"), "foreach_batch_sink")
         writer = batch_df.write.format(FORMAT).mode("append")
         if lake is not None:  # None: the default lake of the environment ($ARROWLAKE_LAKE)
             writer = writer.option("lake", lake)

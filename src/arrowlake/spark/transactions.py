@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from arrowlake.errors import ValidationError
-from arrowlake.spark.session import is_connect
 from arrowlake.spark.source import LakeOptions, open_lake
+from arrowlake.spark.stream import batch_query_id
 from arrowlake.spark.types import from_spark_batch
 from arrowlake.table import staged as staging
 from arrowlake.table.staged import WRITE_MODES, StagedWrite, WriteMode, WriteTarget
@@ -38,10 +38,6 @@ if TYPE_CHECKING:
 
     from arrowlake.table.transaction import Pending, Transaction
     from arrowlake.table.writes.commit import WriteResult
-
-#: The local property under which Spark tells a batch's function its query's id.
-QUERY_ID_PROPERTY = "sql.streaming.queryId"
-
 
 class BatchTransaction:
     """What ``write`` gets for a batch: ``write(df, table, ...)`` joins a DataFrame's rows to
@@ -106,18 +102,7 @@ def foreach_batch_transaction(lake: str | None,
     where = LakeOptions.from_options({k: v for k, v in given.items() if v is not None})
 
     def run(batch_df: DataFrame, batch_id: int) -> None:
-        query = queryId
-        if not query and is_connect(batch_df.sparkSession):
-            raise ValidationError(
-                "foreach_batch_transaction under Spark Connect cannot see the streaming query's "
-                "id: pass queryId=... (a name unique to the query that it keeps when it "
-                "restarts from its checkpoint)")
-        if not query:
-            query = batch_df.sparkSession.sparkContext.getLocalProperty(QUERY_ID_PROPERTY)
-        if not query:
-            raise ValidationError(
-                "foreach_batch_transaction runs inside a streaming query's foreachBatch; "
-                "outside one, pass queryId=... to name the writer")
+        query = batch_query_id(batch_df, queryId, "foreach_batch_transaction")
         with open_lake(where).transaction(commit_id=f"spark-stream:{query}:{batch_id}") as tx:
             write(batch_df, batch_id, BatchTransaction(tx))
 
