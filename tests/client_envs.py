@@ -48,6 +48,9 @@ ENVIRONMENTS: dict[str, list[str]] = {
         "pytest>=8",
         "pytest-timeout>=2.2",
         "hypothesis>=6.100",
+        # tests/conftest.py's s3_server fixture: test_spark_fast.py reads from a local S3.
+        "moto[server]>=5.0",
+        "waitress>=3.0",
     ],
     "iceberg-clients": [
         "pyiceberg[pyarrow]==0.12.0",
