@@ -27,7 +27,7 @@ import pyarrow as pa
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT))
-import arrowlake as al
+import arrowlake as al  # noqa: E402  (after the path insert above)
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("amount", pa.float64()),
                     ("ts", pa.int64())])
