@@ -136,7 +136,7 @@ def column_hash(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return h
 
 
-def _check_hashable(col: pa.Array | pa.ChunkedArray) -> None:
+def check_hashable(col: pa.Array | pa.ChunkedArray) -> None:
     """The numpy path's refusal of a type, before the native kernel sees the column."""
     t = col.type
     if pa.types.is_dictionary(t):
@@ -153,7 +153,7 @@ def _native_columns(table: pa.Table | pa.RecordBatch, key: Sequence[str]
         return None
     columns = [table.column(name) for name in key]
     for col in columns:
-        _check_hashable(col)
+        check_hashable(col)
     return columns
 
 

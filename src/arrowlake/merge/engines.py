@@ -28,6 +28,7 @@ from arrowlake.merge.aggregation import (
     aggregate,
     validate_aggregations,
 )
+from arrowlake.merge.bucketing import bucket_of, check_hashable
 from arrowlake.merge.versions import (
     ROW_KIND,
     SEQUENCE,
@@ -427,11 +428,7 @@ def unique_run_order(
     whole write instead of a split and a sort per group. ``constant`` as for
     :func:`dedupe_within_write`.
     """
-    engine = engine or Deduplicate()
-    if not isinstance(engine, (Deduplicate, FirstRow)) or table.num_rows == 0:
-        return None
-    kinds = row_kinds(table)
-    if bool(((kinds != RowKind.INSERT) & (kinds != RowKind.UPDATE_AFTER)).any()):
+    if not _one_sort_applies(table, engine or Deduplicate()):
         return None
     if native.enabled():
         columns = [_plain_key(table, name) for name in _sort_key(key, constant)]
@@ -453,6 +450,53 @@ def unique_run_order(
     repeated = (ordered_groups[1:] == ordered_groups[:-1]) & \
         (ordered_keys[1:] == ordered_keys[:-1])
     return None if bool(repeated.any()) else order
+
+
+def _one_sort_applies(table: pa.Table, engine: MergeEngine) -> bool:
+    """Whether one sort by key stands for :func:`dedupe_within_write` of ``table`` (should no
+    key repeat): every row an addition, and an engine that keeps a lone addition as it is."""
+    if not isinstance(engine, (Deduplicate, FirstRow)) or table.num_rows == 0:
+        return False
+    kinds = row_kinds(table)
+    return not bool(((kinds != RowKind.INSERT) & (kinds != RowKind.UPDATE_AFTER)).any())
+
+
+#: A write cut into sorted groups: ``(order, starts, codes)``, row indices sorted by group
+#: then key, where each group starts in ``order`` and its code.
+SortedGroups = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+def cut_groups(table: pa.Table, key: Sequence[str], buckets: int,
+               partition_codes: np.ndarray | None, engine: MergeEngine | None = None, *,
+               constant: Sequence[str] = ()) -> tuple[pa.Array, SortedGroups | None]:
+    """One write cut into its groups (one per partition and bucket): the bucket of every row
+    (:func:`~arrowlake.merge.bucketing.bucket_of` of ``key``), and, where one sort by group
+    and key stands for deduplicating each group (:func:`unique_run_order`'s rule), the rows
+    sorted so: ``(order, starts, codes)`` with each group's code ``bucket + buckets *
+    partition code`` (``partition_codes``: each row's partition as a small integer, None
+    without partitions). Otherwise None (the caller deduplicates each group).
+
+    On the native path the hash and the sort are one call without the GIL."""
+    engine = engine or Deduplicate()
+    if native.enabled() and _one_sort_applies(table, engine):
+        columns = [_plain_key(table, name) for name in _sort_key(key, constant)]
+        hashed = [table.column(name) for name in key]
+        for column in hashed:
+            check_hashable(column)
+        try:
+            return native.cut_groups(hashed, columns, buckets, partition_codes)
+        except native.NativeUnsupported:
+            pass  # key types the kernel does not sort: the path below
+    bucket = bucket_of(table, key, buckets)
+    codes = bucket.to_numpy().astype(np.int64)
+    if partition_codes is not None:
+        codes = codes + buckets * partition_codes
+    order = unique_run_order(table, key, codes, engine, constant=constant)
+    if order is None:
+        return bucket, None
+    ordered = codes[order]
+    starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
+    return bucket, (order, starts.astype(np.int64), ordered[starts])
 
 
 def _plain_key(table: pa.Table, name: str) -> pa.Array:

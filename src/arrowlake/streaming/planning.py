@@ -29,9 +29,7 @@ from arrowlake.expressions import (
     referenced_columns,
     rename_columns,
 )
-from arrowlake.io.deletion_vectors import VectorRef
-from arrowlake.io.deletion_vectors import encode as dv_encode
-from arrowlake.io.deletion_vectors import vector_of as dv_vector_of
+from arrowlake.io.deletion_vectors import VectorRef, encode_positions
 from arrowlake.merge.runs import KIND_COLUMN, KIND_FIELD
 from arrowlake.scan.planning import (
     TableView,
@@ -228,7 +226,7 @@ class ChangePlanner:
                         assume_unique=True)
                 if len(positions):
                     gone.append((replace(task, deletes=None), VectorRef(
-                        len(positions), dv_encode(dv_vector_of(positions)))))
+                        len(positions), encode_positions(positions)[0])))
         new_tasks = file_tasks(view, added)
         # Files an overwrite removed, with their vectors as of the snapshot before.
         dropped = file_tasks(before_view, removed) if removed.num_rows else []

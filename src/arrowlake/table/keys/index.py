@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from arrowlake import native
 from arrowlake.io.lru import SizedLRU
 
 #: Bytes of key indexes a process keeps (least recently used dropped past it).
@@ -76,6 +77,8 @@ class KeyIndex:
         """``(slots, indices into keys_image)`` of the written keys that are live: a binary
         search per key and level. Slots below ``len(base)`` are base entries, the others
         ``len(base) +`` a recent entry."""
+        if native.enabled():
+            return native.index_search(self.base, self.dead, self.recent, keys_image)
         in_base, at_base = _find(self.base, keys_image)
         in_base[in_base] = ~self.dead[at_base[in_base]]
         in_recent, at_recent = _find(self.recent, keys_image)
@@ -131,6 +134,8 @@ class KeyIndex:
 def _merge(a: np.ndarray, a_locators: np.ndarray, b: np.ndarray, b_locators: np.ndarray
            ) -> tuple[np.ndarray, np.ndarray] | tuple[None, None]:
     """Two sorted levels as one, in one pass over both; (None, None) if they share a key."""
+    if native.enabled():
+        return native.index_merge(a, a_locators, b, b_locators)
     found, at = _find(a, b)
     if found.any():
         return None, None
@@ -153,6 +158,8 @@ def _base_only(image: np.ndarray, locators: np.ndarray, files: tuple[str, ...],
 
 def _find(level: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per key: whether ``level`` (sorted) holds it, and where (or where it would go)."""
+    if native.enabled():
+        return native.index_find(level, keys)
     at = np.searchsorted(level, keys)
     found = np.zeros(len(keys), dtype=bool)
     inside = at < len(level)
@@ -170,6 +177,11 @@ def build(parts: Sequence[tuple[str, np.ndarray, np.ndarray | None]], state: Sta
     None); None when the images do not share one type or a key is live twice."""
     if not parts:
         return None
+    if native.enabled():
+        built = native.index_build([(image, deleted) for _, image, deleted in parts])
+        if built is None:
+            return None
+        return _base_only(*built, tuple(p for p, _, _ in parts), state)
     dtype = parts[0][1].dtype
     images, locators = [], []
     for i, (_, image, deleted) in enumerate(parts):

@@ -28,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from arrowlake import native
 from arrowlake.expressions import AlwaysTrue, Expr, and_all, col
 from arrowlake.io.lru import SizedLRU
 from arrowlake.io.stats import encode_scalar
@@ -373,6 +374,10 @@ def remember_written(storage: Storage, location: str,
 def _search_sorted(stored: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(positions in stored, indices into keys)`` of the keys found in ``stored`` (sorted,
     unique): one binary search per written key."""
+    if native.enabled():
+        found, at = native.index_find(stored, keys)
+        incoming = np.flatnonzero(found).astype(np.int64)
+        return at[incoming], incoming
     at = np.searchsorted(stored, keys)
     inside = at < len(stored)
     found = np.zeros(len(keys), dtype=bool)
@@ -393,9 +398,14 @@ def _match_file(storage: Storage, task: FileTask, file_schema: pa.Schema, schema
     else:
         positions, incoming = match_keys(stored.table, keys, key)
     if task.deletes is not None and task.deletes.cardinality and len(positions):
-        deleted = task.deletes.positions(storage, task.path).astype(np.int64)
-        at = np.searchsorted(deleted, positions)
-        live = (at >= len(deleted)) | (deleted[np.minimum(at, len(deleted) - 1)] != positions)
+        if native.enabled():
+            deleted = task.deletes.positions(storage, task.path)
+            live = ~native.index_find(deleted, positions.astype(np.uint64))[0]
+        else:
+            deleted = task.deletes.positions(storage, task.path).astype(np.int64)
+            at = np.searchsorted(deleted, positions)
+            live = (at >= len(deleted)) | (deleted[np.minimum(at, len(deleted) - 1)]
+                                           != positions)
         positions, incoming = positions[live], incoming[live]
     return positions, incoming
 

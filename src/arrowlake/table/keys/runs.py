@@ -26,8 +26,7 @@ from arrowlake.merge import (
     MergeEngine,
     dedupe_within_write,
 )
-from arrowlake.merge.bucketing import bucket_of
-from arrowlake.merge.engines import unique_run_order
+from arrowlake.merge.engines import cut_groups
 from arrowlake.merge.runs import KIND_COLUMN, KIND_FIELD, key_json
 from arrowlake.metastore.store import NewFile
 from arrowlake.scan.read import constant_column
@@ -46,33 +45,33 @@ def _run_groups(rows: pa.Table, key: list[str], partition_by: list[str], buckets
                 ) -> Iterable[tuple[tuple[pa.Scalar, ...], int, pa.Table]]:
     """``rows`` as one run per partition and bucket: ``(partition values, bucket, run)``, each
     run sorted by key with unique keys (:func:`dedupe_within_write`)."""
-    bucket = bucket_of(rows, key, buckets)
-    # The group of every row: its bucket, then its partition values' dictionary codes.
-    codes = bucket.to_numpy().astype(np.int64)
-    width = buckets
+    # Each row's partition as a small integer: its partition values' dictionary codes.
+    pcodes = None
+    width = 1
     for name in partition_by:
         encoded = pc.dictionary_encode(rows.column(name).combine_chunks(),
                                        null_encoding="encode")
-        codes = codes + width * encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        pcodes = codes if pcodes is None else pcodes + width * codes
         width *= max(len(encoded.dictionary), 1)
-    order = unique_run_order(rows, key, codes, engine, constant=partition_by)
-    if order is not None:
+    bucket, groups = cut_groups(rows, key, buckets, pcodes, engine, constant=partition_by)
+    if groups is not None:
         # No key repeats within a group, nothing to merge: one sort of the whole write, then
         # a take per group (what deduplicating each group would give), so that the write pool
         # encodes a group while the next one is taken.
         # Partition columns are constant in a group: built from its value, not taken.
-        sorted_codes = codes[order]
-        starts = np.flatnonzero(np.concatenate(([True], sorted_codes[1:] != sorted_codes[:-1])))
+        order, starts, group_codes = groups
         ends = np.append(starts[1:], len(order))
         body = rows.drop_columns(partition_by)
-        for lo, hi in zip(starts.tolist(), ends.tolist(), strict=True):
+        for lo, hi, code in zip(starts.tolist(), ends.tolist(), group_codes.tolist(),
+                                strict=True):
             taken = body.take(pa.array(order[lo:hi]))
             values = tuple(rows.column(name)[int(order[lo])] for name in partition_by)
             constants = dict(zip(partition_by, values, strict=True))
             run = pa.Table.from_arrays(
                 [constant_column(constants[f.name], hi - lo) if f.name in constants
                  else taken.column(f.name) for f in rows.schema], schema=rows.schema)
-            yield values, int(sorted_codes[lo] % buckets), run
+            yield values, code % buckets, run
         return
     with_bucket = rows.append_column("_al_bucket", bucket)
     as_batch = pa.RecordBatch.from_arrays(
