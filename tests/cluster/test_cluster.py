@@ -8,11 +8,15 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pyarrow as pa
+import pytest
 
 from tests.cluster import jobs
 from tests.cluster.conftest import SECRETS
 from tests.conftest import put_file, sorted_rows, stored_paths
 from tests.spark.helpers import bucket_files, compaction_table, same_compaction
+
+#: Slow: a standalone cluster of its own (master, two workers in their own JVMs), 2-3 min in all.
+pytestmark = pytest.mark.slow
 
 SCHEMA = pa.schema([("id", pa.int64()), ("day", pa.string()), ("amount", pa.float64())])
 

@@ -27,10 +27,14 @@ import urllib.request
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 
 from tests.cluster.harness import JAVA_OPTS, PYTHONPATH, SPARK_HOME
 from tests.conftest import sorted_rows
 from tests.services import one_spark_pipelines_run
+
+#: Slow: spark-pipelines on the standalone cluster, over a minute.
+pytestmark = pytest.mark.slow
 
 SCHEMA = pa.schema([("id", pa.int64()), ("day", pa.string()), ("amount", pa.float64())])
 SPEC = """name: arrowlake-on-the-cluster

@@ -145,6 +145,8 @@ def test_connect_client_asks_the_server_which_jvm_classes_it_has(spark, client):
     assert not has_s3a(spark)
 
 
+# slow: about 40 s.
+@pytest.mark.slow
 def test_fast_path_over_connect_reads_what_the_classic_session_reads(spark, client,
                                                                     tmp_path):
     """Append table with an evolved schema, a primary-key table whose overlapping buckets are
@@ -213,6 +215,8 @@ def test_format_reads_and_writes_over_connect(spark, client, tmp_path):
     assert by_id(users.to_arrow()).equals(rows(range(3), n=1))
 
 
+# slow: a streaming query over Connect, about 45 s.
+@pytest.mark.slow
 def test_streaming_over_connect(client, tmp_path):
     """A streaming copy into the arrowlake sink and an update-mode aggregate through
     ``foreach_batch_sink``, which under Connect needs ``queryId`` (refused without one,

@@ -86,6 +86,8 @@ def load_runner():
 
 @pytest.mark.skipif(PYSPARK < (4, 3), reason="examples/pipelines uses the `spark` global that "
                     "spark-pipelines defines from PySpark 4.3 (4.1's leaves it undefined)")
+# slow: spark-pipelines runs the example in a process of its own, about 3 min on 2 cores.
+@pytest.mark.slow
 @pytest.mark.timeout(900)  # three spark-pipelines runs, each starting its own Spark
 def test_example_pipeline_gold_equals_pandas(tmp_path, monkeypatch):
     """examples/pipelines under real ``spark-pipelines run`` processes."""

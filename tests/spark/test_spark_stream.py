@@ -256,6 +256,8 @@ query.awaitTermination()
 '''
 
 
+# slow: a driver killed and started again, about 40 s.
+@pytest.mark.slow
 @needs_pyspark_42
 def test_a_query_killed_and_restarted_from_its_checkpoint_writes_every_row_once(
         spark, lake_path, tmp_path):
