@@ -37,7 +37,7 @@ from arrowlake.io import deletion_vectors as dv
 from arrowlake.merge import Deduplicate, PartialUpdate
 from arrowlake.merge.bucketing import bucket_of
 from arrowlake.merge.engines import unique_run_order
-from arrowlake.table import key_index
+from arrowlake.table.keys import index as key_index
 
 
 def strings(rng: np.random.Generator, n: int) -> pa.Array:

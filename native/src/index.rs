@@ -57,17 +57,20 @@ impl<'a> Image<'a> {
         &self.data[i * self.width..(i + 1) * self.width]
     }
 
+    /// Entry `i` as an unsigned integer that orders as the entries do. Each width reads a
+    /// fixed-size array (a plain load), which the comparisons of a search are mostly made of.
     #[inline]
     fn int(&self, i: usize) -> u64 {
-        let b = self.bytes(i);
-        let mut raw = [0u8; 8];
-        raw[..self.width].copy_from_slice(b);
-        let value = u64::from_le_bytes(raw);
+        let d = self.data;
+        let (value, bits) = match self.width {
+            8 => (u64::from_le_bytes(d[i * 8..i * 8 + 8].try_into().unwrap()), 64),
+            4 => (u32::from_le_bytes(d[i * 4..i * 4 + 4].try_into().unwrap()) as u64, 32),
+            2 => (u16::from_le_bytes(d[i * 2..i * 2 + 2].try_into().unwrap()) as u64, 16),
+            _ => (d[i] as u64, 8),
+        };
         match self.kind {
-            Kind::Signed => {
-                let shift = 64 - 8 * self.width as u32;
-                (((value << shift) as i64 >> shift) as u64) ^ (1 << 63)
-            }
+            // Flipping the sign bit orders two's complement values as unsigned ones.
+            Kind::Signed => value ^ (1 << (bits - 1)),
             _ => value,
         }
     }
@@ -90,35 +93,99 @@ impl<'a> Image<'a> {
         }
         Ok(())
     }
-
-    /// Where `other[j]` goes in `self` (sorted): the first entry not below it.
-    #[inline]
-    fn lower_bound(&self, other: &Image, j: usize) -> usize {
-        let (mut lo, mut hi) = (0, self.len());
-        while lo < hi {
-            let mid = (lo + hi) / 2;
-            if self.cmp_with(mid, other, j).is_lt() {
-                lo = mid + 1;
-            } else {
-                hi = mid;
-            }
-        }
-        lo
-    }
 }
 
-/// Per key: whether `level` (sorted) holds it, and where it is or would go.
+/// Keys a task of [`find`] takes: ascending keys within one are searched from the last answer.
+const FIND_CHUNK: usize = 32768;
+
+/// Per key: whether `level` (sorted) holds it, and where it is or would go. Keys usually come
+/// sorted (a write's keys are cut in key order): each task walks its keys in order and
+/// searches from the last answer while they ascend, and from the start when one does not.
+/// Each kind and width of image gets its own monomorphic loop, so that a comparison is a
+/// load and a compare rather than a call.
 pub fn find(level: &Image, keys: &Image) -> Result<(Vec<bool>, Vec<i64>)> {
     level.same_shape(keys)?;
-    let pairs: Vec<(bool, i64)> = (0..keys.len())
-        .into_par_iter()
-        .with_min_len(4096)
-        .map(|j| {
-            let at = level.lower_bound(keys, j);
-            (at < level.len() && level.cmp_with(at, keys, j).is_eq(), at as i64)
-        })
-        .collect();
-    Ok(pairs.into_iter().unzip())
+    let (l, k) = (level.data, keys.data);
+    let (n, m) = (level.len(), keys.len());
+    Ok(match (level.kind, level.width) {
+        (Kind::Signed, 8) => find_by(n, |i| i64_at(l, i), m, |j| i64_at(k, j)),
+        (Kind::Unsigned, 8) => find_by(n, |i| u64_at(l, i), m, |j| u64_at(k, j)),
+        (Kind::Bytes, w) => find_by(n, |i| &l[i * w..(i + 1) * w], m, |j| &k[j * w..(j + 1) * w]),
+        _ => find_by(n, |i| level.int(i), m, |j| keys.int(j)),
+    })
+}
+
+#[inline(always)]
+fn i64_at(data: &[u8], i: usize) -> i64 {
+    i64::from_le_bytes(data[i * 8..i * 8 + 8].try_into().unwrap())
+}
+
+#[inline(always)]
+fn u64_at(data: &[u8], i: usize) -> u64 {
+    u64::from_le_bytes(data[i * 8..i * 8 + 8].try_into().unwrap())
+}
+
+/// Where `key` goes in `level[lo..hi]` (sorted): the first entry not below it.
+#[inline(always)]
+fn lower_bound<K: Ord>(level: &impl Fn(usize) -> K, mut lo: usize, mut hi: usize, key: &K) -> usize {
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if level(mid) < *key {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
+}
+
+/// As [`lower_bound`] over `level[lo..n]`, for a key known not to go before `lo`: gallops from
+/// `lo` (steps 1, 2, 4, ...) before the binary search, so that a run of ascending keys costs a
+/// few comparisons each near the last answer (numpy's `searchsorted` likewise keeps its lower
+/// bound between ascending keys).
+#[inline(always)]
+fn gallop<K: Ord>(level: &impl Fn(usize) -> K, lo: usize, n: usize, key: &K) -> usize {
+    let (mut below, mut step) = (lo, 1usize);
+    // Every entry before `below` is below the key.
+    while below + step <= n && level(below + step - 1) < *key {
+        below += step;
+        step *= 2;
+    }
+    lower_bound(level, below, (below + step).min(n), key)
+}
+
+fn find_by<K: Ord>(
+    n: usize,
+    level: impl Fn(usize) -> K + Sync,
+    m: usize,
+    key: impl Fn(usize) -> K + Sync,
+) -> (Vec<bool>, Vec<i64>) {
+    let mut found = vec![false; m];
+    let mut at = vec![0i64; m];
+    let walk = |start: usize, found: &mut [bool], at: &mut [i64]| {
+        let mut last: Option<(usize, K)> = None;
+        for (offset, (found, at)) in found.iter_mut().zip(at.iter_mut()).enumerate() {
+            let this = key(start + offset);
+            let pos = match &last {
+                Some((prev, prev_key)) if this >= *prev_key => gallop(&level, *prev, n, &this),
+                _ => lower_bound(&level, 0, n, &this),
+            };
+            *found = pos < n && level(pos) == this;
+            *at = pos as i64;
+            last = Some((pos, this));
+        }
+    };
+    if m <= FIND_CHUNK {
+        // One task: on the calling thread, without waking Rayon's.
+        walk(0, &mut found, &mut at);
+    } else {
+        found
+            .par_chunks_mut(FIND_CHUNK)
+            .zip(at.par_chunks_mut(FIND_CHUNK))
+            .enumerate()
+            .for_each(|(c, (found, at))| walk(c * FIND_CHUNK, found, at));
+    }
+    (found, at)
 }
 
 /// `KeyIndex.search`: `(slots, indices into keys)` of the keys live in the index (`dead`: one

@@ -1,17 +1,20 @@
-"""The key index kernels equal table/key_index.py's numpy functions on the same key images
-(integers of every width, fixed-width byte strings): search, merge of levels, build."""
+"""The key index kernels equal table/keys/index.py's numpy functions on the same key images
+(integers of every width, fixed-width byte strings): search, merge of levels, build. The
+expected values are computed under ``numpy_path()``: with the extension built, those
+functions call the kernels themselves."""
 
 from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from arrowlake import native
 from arrowlake.merge.versions import sortable_key
 from arrowlake.table.keys import index as key_index
-from tests.native.support import key_columns
+from tests.native.support import key_columns, numpy_path
 
 DTYPES = [np.int64, np.int32, np.int16, np.int8, np.uint64, np.uint32, np.uint8, "S1", "S5"]
 
@@ -41,13 +44,15 @@ def test_find_and_search_equal_numpy(data: st.DataObject, dtype: object) -> None
     dead = np.asarray(data.draw(st.lists(st.booleans(), min_size=len(base),
                                          max_size=len(base))), dtype=bool)
     found, at = native.index_find(base, keys)
-    expected_found, expected_at = key_index._find(base, keys)
+    with numpy_path():
+        expected_found, expected_at = key_index._find(base, keys)
     np.testing.assert_array_equal(found, expected_found)
     np.testing.assert_array_equal(at, expected_at)
     index = key_index.KeyIndex(base, np.arange(len(base), dtype=np.int64), dead, recent,
                                np.arange(len(recent), dtype=np.int64), (), frozenset())
     slots, incoming = native.index_search(base, dead, recent, keys)
-    expected_slots, expected_incoming = index.search(keys)
+    with numpy_path():
+        expected_slots, expected_incoming = index.search(keys)
     np.testing.assert_array_equal(slots, expected_slots)
     np.testing.assert_array_equal(incoming, expected_incoming)
 
@@ -61,7 +66,8 @@ def test_merge_of_levels_equals_numpy(data: st.DataObject, dtype: object) -> Non
     a_loc = np.arange(len(a), dtype=np.int64) + 1000
     b_loc = np.arange(len(b), dtype=np.int64) + 5000
     image, locators = native.index_merge(a, a_loc, b, b_loc)
-    expected_image, expected_locators = key_index._merge(a, a_loc, b, b_loc)
+    with numpy_path():
+        expected_image, expected_locators = key_index._merge(a, a_loc, b, b_loc)
     if expected_image is None:
         assert image is None and locators is None
         return
@@ -82,7 +88,8 @@ def test_build_equals_numpy(data: st.DataObject, dtype: object, files: int) -> N
                 st.integers(0, len(image) + 2), max_size=5)), dtype=np.uint64))
         parts.append((f"file-{i}", image, deleted))
     built = native.index_build([(image, deleted) for _, image, deleted in parts])
-    expected = key_index.build(parts, frozenset())
+    with numpy_path():
+        expected = key_index.build(parts, frozenset())
     if expected is None:
         assert built is None
         return
@@ -103,7 +110,8 @@ def test_images_of_real_keys(data: st.DataObject, kinds: list[str]) -> None:
     assert image is not None
     level = np.unique(image)
     found, at = native.index_find(level, image)
-    expected_found, expected_at = key_index._find(level, image)
+    with numpy_path():
+        expected_found, expected_at = key_index._find(level, image)
     np.testing.assert_array_equal(found, expected_found)
     np.testing.assert_array_equal(at, expected_at)
 
@@ -125,3 +133,31 @@ def test_many_buckets_searched_at_once(data: st.DataObject, dtype: object, bucke
         alone = native.index_search(*bucket)
         np.testing.assert_array_equal(slots, alone[0])
         np.testing.assert_array_equal(incoming, alone[1])
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.uint64, np.int32, "S12"])
+@pytest.mark.parametrize("shape", ["ascending", "runs", "shuffled"])
+def test_find_of_many_keys_equals_searchsorted(dtype: object, shape: str) -> None:
+    # Keys past one task's share (they are searched in parallel), ascending (each search
+    # gallops from the last answer), in ascending runs that restart, or in no order at all.
+    rng = np.random.default_rng(7)
+    raw = rng.choice(1 << 30, 300_000, replace=False)
+    kind = np.dtype(dtype)
+    values = (np.array([int(v).to_bytes(12, "big") for v in raw], dtype=kind)
+              if kind.kind == "S" else raw.astype(kind))
+    level = np.sort(values[:200_000])
+    keys = np.concatenate([values[150_000:], level[::7]])  # found and missing keys
+    if shape == "ascending":
+        keys = np.sort(keys)
+    elif shape == "runs":
+        keys = np.concatenate([np.sort(part) for part in np.array_split(keys, 9)])
+    else:
+        rng.shuffle(keys)
+    found, at = native.index_find(level, keys)
+    expected_at = np.searchsorted(level, keys)
+    np.testing.assert_array_equal(at, expected_at)
+    inside = expected_at < len(level)
+    expected_found = np.zeros(len(keys), dtype=bool)
+    expected_found[inside] = level[expected_at[inside]] == keys[inside]
+    np.testing.assert_array_equal(found, expected_found)
+    assert 0 < expected_found.sum() < len(keys)
