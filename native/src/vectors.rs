@@ -91,9 +91,20 @@ pub fn positions(bitmap_bytes: &[u8]) -> Result<Vec<u64>> {
     Ok(vector.iter().collect())
 }
 
-/// The positions of a `deletion-vector-v1` blob, ascending.
+/// The positions of a `deletion-vector-v1` blob, ascending. The blob's CRC-32 has been
+/// checked by then, so its bitmap is read without checking each container again (roaring's
+/// `deserialize_unchecked_from`, a safe function); a blob whose CRC matches but whose bitmap
+/// is malformed still fails to read, with an error. The positions go into a vector sized
+/// from the bitmap's cardinality.
 pub fn decode(blob: &[u8]) -> Result<Vec<u64>> {
-    positions(unframe(blob)?)
+    let vector = RoaringTreemap::deserialize_unchecked_from(unframe(blob)?)
+        .map_err(|e| KernelError::invalid(format!("not a portable 64-bit roaring bitmap: {e}")))?;
+    let mut out = Vec::with_capacity(vector.len() as usize);
+    for (high, bitmap) in vector.bitmaps() {
+        let base = u64::from(high) << 32;
+        out.extend(bitmap.iter().map(|low| base | u64::from(low)));
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
