@@ -55,3 +55,22 @@ def test_cut_groups_equals_bucket_of_and_unique_run_order(
     ordered = codes[order]
     np.testing.assert_array_equal(group_codes, ordered[starts])
     np.testing.assert_array_equal(starts, np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), kinds=composite_kinds, n=st.integers(1, 60), groups=st.integers(1, 9))
+def test_counted_and_compared_group_sorts_agree(data: st.DataObject, kinds: list[str], n: int,
+                                                groups: int) -> None:
+    """Close group codes are counted into their groups, codes far apart (beyond 2**16 and the
+    row count) sorted with the keys: the same codes, spread or not, give the same order."""
+    keys = data.draw(key_columns(n, kinds, distinct=data.draw(st.integers(2, 60))))
+    codes = np.asarray(data.draw(st.lists(st.integers(0, groups - 1), min_size=n, max_size=n)),
+                       dtype=np.int64)
+    close = native.sorted_groups(keys, codes)
+    far = native.sorted_groups(keys, codes * (1 << 40) - (1 << 50))
+    if close is None or far is None:
+        assert close is None and far is None
+        return
+    np.testing.assert_array_equal(close[0], far[0])
+    np.testing.assert_array_equal(close[1], far[1])
+    np.testing.assert_array_equal(close[2] * (1 << 40) - (1 << 50), far[2])
