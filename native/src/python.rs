@@ -453,25 +453,28 @@ fn vector_encode<'py>(
     Ok((PyBytes::new(py, &blob), cardinality))
 }
 
-/// `vector_encode` of many files in one call, in parallel: `[(new, old or None)]` ->
-/// `[(blob, cardinality)]`.
+/// Many files' new vectors in one call, in parallel: `[(new positions, current blob or None,
+/// its cardinality)]` -> `[(blob, cardinality)]`, each the union of the file's current vector
+/// and its new positions. A damaged blob fails the call naming its place in the list.
 #[pyfunction]
-fn vector_encode_many<'py>(py: Python<'py>, files: &Bound<'py, PyList>) -> PyResult<Vec<(Bound<'py, PyBytes>, u64)>> {
+fn vector_extend_many<'py>(py: Python<'py>, files: &Bound<'py, PyList>) -> PyResult<Vec<(Bound<'py, PyBytes>, u64)>> {
     let mut owned = Vec::new();
     for file in files.iter() {
-        let (new, old): (Bound<'py, PyAny>, Bound<'py, PyAny>) = file.extract()?;
-        let new = as_u64s(&import(&new)?, "Positions")?;
-        let old = match import_optional(Some(&old))? {
-            Some(o) => Some(as_u64s(&o, "Positions")?),
-            None => None,
-        };
-        owned.push((new, old));
+        let (new, old, cardinality): (Bound<'py, PyAny>, Option<Vec<u8>>, u64) = file.extract()?;
+        owned.push((as_u64s(&import(&new)?, "Positions")?, old, cardinality));
     }
-    let encoded = run(py, "vector_encode_many", || {
+    let extended = run(py, "vector_extend_many", || {
         use rayon::prelude::*;
-        Ok(owned.par_iter().map(|(new, old)| vectors::encode(new, old.as_deref())).collect::<Vec<_>>())
+        owned
+            .par_iter()
+            .enumerate()
+            .map(|(i, (new, old, cardinality))| {
+                vectors::extend(new, old.as_deref().map(|b| (b, *cardinality)))
+                    .map_err(|e| KernelError::invalid(format!("file {i} of the list: {e}")))
+            })
+            .collect::<Result<Vec<_>, KernelError>>()
     })?;
-    Ok(encoded.into_iter().map(|(blob, card)| (PyBytes::new(py, &blob), card)).collect())
+    Ok(extended.into_iter().map(|(blob, card)| (PyBytes::new(py, &blob), card)).collect())
 }
 
 /// The positions of a `deletion-vector-v1` blob, ascending (uint64).
@@ -526,7 +529,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(index_merge, m)?)?;
     m.add_function(wrap_pyfunction!(index_build, m)?)?;
     m.add_function(wrap_pyfunction!(vector_encode, m)?)?;
-    m.add_function(wrap_pyfunction!(vector_encode_many, m)?)?;
+    m.add_function(wrap_pyfunction!(vector_extend_many, m)?)?;
     m.add_function(wrap_pyfunction!(vector_decode, m)?)?;
     m.add_function(wrap_pyfunction!(bitmap_serialize, m)?)?;
     m.add_function(wrap_pyfunction!(bitmap_positions, m)?)?;

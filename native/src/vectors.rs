@@ -56,6 +56,27 @@ pub fn encode(new: &[u64], old: Option<&[u64]>) -> (Vec<u8>, u64) {
     (frame(&serialize(&mut vector)), cardinality)
 }
 
+/// The blob of `old` (a file's current `deletion-vector-v1` blob, holding `cardinality`
+/// positions) united with `new` positions, and its cardinality. The old bitmap is read and
+/// united as a bitmap: a file's positions never pass through a list on the way, so the cost
+/// follows the containers, not the positions the file has deleted so far.
+pub fn extend(new: &[u64], old: Option<(&[u8], u64)>) -> Result<(Vec<u8>, u64)> {
+    let mut vector = bitmap(new);
+    if let Some((blob, cardinality)) = old {
+        let before = RoaringTreemap::deserialize_unchecked_from(unframe(blob)?)
+            .map_err(|e| KernelError::invalid(format!("not a portable 64-bit roaring bitmap: {e}")))?;
+        if before.len() != cardinality {
+            return Err(KernelError::invalid(format!(
+                "it holds {} positions where its record says {cardinality}",
+                before.len()
+            )));
+        }
+        vector |= before;
+    }
+    let cardinality = vector.len();
+    Ok((frame(&serialize(&mut vector)), cardinality))
+}
+
 /// The bitmap bytes inside a blob, after checking its length, magic and CRC; the error says
 /// what is damaged (the caller names the file).
 pub fn unframe(blob: &[u8]) -> Result<&[u8]> {
@@ -110,6 +131,17 @@ pub fn decode(blob: &[u8]) -> Result<Vec<u64>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn extending_a_blob_equals_encoding_the_union() {
+        let old: Vec<u64> = (0..5000).map(|i| i * 3).chain([1 << 33, (1 << 33) + 7]).collect();
+        let new: Vec<u64> = vec![1, 3, 9_999_999, 1 << 34];
+        let (old_blob, card) = encode(&old, None);
+        assert_eq!(extend(&new, Some((&old_blob, card))).unwrap(), encode(&new, Some(&old)));
+        assert_eq!(extend(&new, None).unwrap(), encode(&new, None));
+        let wrong = extend(&new, Some((&old_blob, card + 1))).unwrap_err();
+        assert!(wrong.to_string().contains("its record says"), "{wrong}");
+    }
 
     #[test]
     fn round_trip() {

@@ -301,17 +301,20 @@ def vector_encode(new: np.ndarray, old: np.ndarray | None = None) -> tuple[bytes
     return bytes(blob), int(cardinality)
 
 
-def vector_encode_many(files: Sequence[tuple[np.ndarray, np.ndarray | None]]
+def vector_extend_many(files: Sequence[tuple[np.ndarray, bytes | None, int]]
                        ) -> list[tuple[bytes, int]]:
-    """:func:`vector_encode` of many files (``(new, old)`` each) in one call, in parallel."""
+    """Many files' new vectors in one call, in parallel: ``(new positions, the file's current
+    blob or None, its cardinality)`` each, to ``(blob, cardinality)`` of their union. A
+    damaged blob raises :class:`~arrowlake.errors.ValidationError` naming its place in the
+    list."""
     given = []
-    for new, old in files:
+    for new, old, cardinality in files:
         values = np.asarray(new)
         if values.size and values.min() < 0:
             raise ValueError("Row positions are never negative")
-        given.append((_ints(values, np.uint64), None if old is None else _ints(old, np.uint64)))
-    encoded = _call("vector_encode_many", _lib().vector_encode_many, given)
-    return [(bytes(blob), int(cardinality)) for blob, cardinality in encoded]
+        given.append((_ints(values, np.uint64), old, int(cardinality)))
+    extended = _call("vector_extend_many", _lib().vector_extend_many, given)
+    return [(bytes(blob), int(cardinality)) for blob, cardinality in extended]
 
 
 def vector_decode(blob: bytes | memoryview) -> np.ndarray:
@@ -357,5 +360,5 @@ __all__ = [
     "sorted_groups",
     "vector_decode",
     "vector_encode",
-    "vector_encode_many",
+    "vector_extend_many",
 ]

@@ -15,7 +15,10 @@ from pyroaring import BitMap64
 from arrowlake import native
 from arrowlake.errors import DataFileError
 from arrowlake.io import deletion_vectors as dv
+from arrowlake.io.storage import LocalStorage
 from tests.native.support import native_path, numpy_path
+
+LOCAL = LocalStorage()
 
 # Positions in runs (run containers), sparse (arrays), dense (bitmaps) and above 2**32.
 positions = st.one_of(
@@ -101,11 +104,37 @@ def test_negative_positions_are_refused() -> None:
 
 @settings(max_examples=40, deadline=None)
 @given(files=st.lists(st.tuples(positions, st.none() | positions), max_size=5))
-def test_many_files_encoded_at_once(files: list[tuple[list[int], list[int] | None]]) -> None:
-    given = [(np.asarray(new, np.uint64),
-              None if old is None else np.unique(np.asarray(old, np.uint64)))
-             for new, old in files]
+def test_many_files_extended_at_once(files: list[tuple[list[int], list[int] | None]]) -> None:
+    """Each file's current vector (a blob, as the metastore keeps it) united with its new
+    positions: the native path unites the blobs as bitmaps, the numpy path decodes them."""
+    given = []
+    for i, (new, old) in enumerate(files):
+        current = None
+        if old is not None:
+            vector = dv.vector_of(np.asarray(old, np.uint64))
+            current = dv.VectorRef(len(vector), blob=dv.encode(vector))
+        given.append((np.asarray(new, np.uint64), current, f"f{i}.parquet"))
     with numpy_path():
-        expected = dv.encode_many(given)
+        expected = dv.extend_many(LOCAL, given)
     with native_path():
-        assert dv.encode_many(given) == expected
+        got = dv.extend_many(LOCAL, given)
+    assert got == expected
+    for (new, old), (blob, cardinality) in zip(files, got, strict=True):
+        union = sorted(set(new) | set(old or []))
+        assert cardinality == len(union)
+        assert list(dv.decode(blob, "f.parquet")) == union
+
+
+@pytest.mark.parametrize("damage", ["crc", "cardinality"])
+def test_extending_a_damaged_vector_names_its_file(damage: str) -> None:
+    blob = bytearray(_blob())
+    cardinality = 3
+    if damage == "crc":
+        blob[-1] ^= 1
+    else:
+        cardinality = 4
+    given = [(np.array([2], np.uint64), None, "a.parquet"),
+             (np.array([2], np.uint64), dv.VectorRef(cardinality, blob=bytes(blob)), "b.parquet")]
+    for path in (numpy_path, native_path):
+        with path(), pytest.raises(DataFileError, match=r"Deletion vector of b\.parquet"):
+            dv.extend_many(LOCAL, given)

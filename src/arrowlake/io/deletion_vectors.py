@@ -25,7 +25,7 @@ import array
 import os
 import struct
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -107,12 +107,26 @@ def encode_positions(positions: np.ndarray, before: np.ndarray | None = None
     return encode(vector), len(vector)
 
 
-def encode_many(files: list[tuple[np.ndarray, np.ndarray | None]]) -> list[tuple[bytes, int]]:
-    """:func:`encode_positions` of many files (``(positions, before)`` each); on the native
-    path in one call, the files encoded in parallel without the GIL."""
+def extend_many(storage: Storage, files: Sequence[tuple[np.ndarray, VectorRef | None, str]]
+                ) -> list[tuple[bytes, int]]:
+    """Each file's new vector: ``(new positions, its current vector or None, its path)`` to
+    the blob and cardinality of their union. On the native path one call extends every file
+    in parallel without the GIL, uniting each current blob as a bitmap (its positions are
+    never listed); a damaged blob is then read again here, so that the error names its file."""
     if native.enabled():
-        return native.vector_encode_many(files)
-    return [encode_positions(positions, before) for positions, before in files]
+        given = []
+        for positions, current, path in files:
+            if current is None or not current.cardinality:
+                given.append((positions, None, 0))
+            else:
+                given.append((positions, current._blob(storage, path)[0], current.cardinality))
+        try:
+            return native.vector_extend_many(given)
+        except ValidationError:
+            pass  # a damaged vector: the per-file path below names it
+    return [encode_positions(positions, current.positions(storage, path)
+                             if current is not None and current.cardinality else None)
+            for positions, current, path in files]
 
 
 def decode_positions(blob: bytes | memoryview, where: str) -> np.ndarray:

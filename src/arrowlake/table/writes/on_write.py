@@ -542,11 +542,8 @@ def _vectors(table: TableState, plan: _Plan) -> tuple[list[NewVector], str | Non
     storage = table.storage
     touched = [(fid, plan.tasks[fid]) for fid in plan.deletes]
     # All files' vectors in one call (in parallel, without the GIL, on the native path).
-    encoded = dv.encode_many([
-        (np.concatenate(plan.deletes[fid]),
-         task.deletes.positions(storage, task.path)
-         if task.deletes is not None and task.deletes.cardinality else None)
-        for fid, task in touched])
+    encoded = dv.extend_many(storage, [
+        (np.concatenate(plan.deletes[fid]), task.deletes, task.path) for fid, task in touched])
     out: list[tuple[int, int, int, int | None, bytes]] = []
     for (fid, task), (blob, card) in zip(touched, encoded, strict=True):
         before = task.deletes.cardinality if task.deletes is not None else 0
