@@ -271,6 +271,71 @@ fn merge_cuts<K: Ord>(n: usize, a: impl Fn(usize) -> K, m: usize, b: impl Fn(usi
     Some(cuts)
 }
 
+/// One bucket's index levels after a commit: the base's dead flags and the recent level.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Advanced {
+    pub dead: Vec<u8>,
+    pub recent: Vec<u8>,
+    pub recent_locators: Vec<i64>,
+}
+
+/// `KeyIndex.advanced` up to the merge into the base (which Python decides on): the rows at
+/// `removed` slots marked deleted (base slots in `dead`, recent ones dropped), then each of
+/// the `added` files' sorted images merged into the recent level, file `first_file + k` for
+/// the `k`-th. `None` when a written key is still live in the base or already in the recent
+/// level, or an image is of another type: the index would not hold each key once.
+pub fn advance(
+    base: &Image,
+    dead: &[u8],
+    recent: &Image,
+    recent_locators: &[i64],
+    removed: &[i64],
+    added: &[Image],
+    first_file: i64,
+) -> Result<Option<Advanced>> {
+    let n = base.len();
+    base.same_shape(recent)?;
+    if dead.len() != n || recent_locators.len() != recent.len() {
+        return Err(KernelError::invalid("Each level entry needs one dead flag and one locator"));
+    }
+    let mut dead = dead.to_vec();
+    let mut keep = vec![true; recent.len()];
+    for &slot in removed {
+        match usize::try_from(slot) {
+            Ok(s) if s < n => dead[s] = 1,
+            Ok(s) if s - n < keep.len() => keep[s - n] = false,
+            _ => return Err(KernelError::invalid(format!("Slot {slot} is outside the index"))),
+        }
+    }
+    let width = recent.width;
+    let mut data = Vec::with_capacity(recent.data.len());
+    let mut locators = Vec::with_capacity(recent.len());
+    for (i, _) in keep.iter().enumerate().filter(|(_, k)| **k) {
+        data.extend_from_slice(recent.bytes(i));
+        locators.push(recent_locators[i]);
+    }
+    for (k, image) in added.iter().enumerate() {
+        if image.kind != base.kind || image.width != base.width {
+            return Ok(None);
+        }
+        if image.len() as u64 >= 1 << POSITION_BITS {
+            return Err(KernelError::unsupported("A file of 2**40 rows or more"));
+        }
+        let (found, at) = find(base, image)?;
+        if found.iter().zip(&at).any(|(f, a)| *f && dead[*a as usize] == 0) {
+            return Ok(None); // a written key still live in the base
+        }
+        let file = (first_file + k as i64) << POSITION_BITS;
+        let rows: Vec<i64> = (0..image.len() as i64).map(|r| file | r).collect();
+        let current = Image::new(recent.kind, width, &data)?;
+        match merge(&current, &locators, image, &rows)? {
+            None => return Ok(None),
+            Some((d, l)) => (data, locators) = (d, l),
+        }
+    }
+    Ok(Some(Advanced { dead, recent: data, recent_locators: locators }))
+}
+
 /// `key_index.build`: one level of files' sorted images minus their deleted positions, with
 /// each entry's locator; `None` when the images differ in type or a key is live twice.
 pub fn build(parts: &[(Image, Option<&[u64]>)]) -> Result<Option<(Vec<u8>, Vec<i64>)>> {
@@ -343,6 +408,29 @@ mod tests {
         let (data, locators) = merge(&a, &[10, 11], &c, &[20, 21]).unwrap().unwrap();
         assert_eq!(data, ints(&[0, 1, 2, 3]));
         assert_eq!(locators, vec![20, 10, 21, 11]);
+    }
+
+    #[test]
+    fn advancing_drops_removed_rows_and_merges_written_files() {
+        let (base, recent) = (ints(&[1, 4, 7]), ints(&[2, 9]));
+        let base = Image::new(Kind::Signed, 8, &base).unwrap();
+        let recent = Image::new(Kind::Signed, 8, &recent).unwrap();
+        // Rewriting key 4 (base slot 1) and key 9 (recent slot 1, so slot 3 + 1) is fine.
+        let written = ints(&[4, 5, 9]);
+        let written = Image::new(Kind::Signed, 8, &written).unwrap();
+        let a = advance(&base, &[0, 0, 0], &recent, &[10, 11], &[1, 4], &[written], 2).unwrap().unwrap();
+        assert_eq!(a.dead, vec![0, 1, 0]);
+        assert_eq!(a.recent, ints(&[2, 4, 5, 9]));
+        let file = 2i64 << POSITION_BITS;
+        assert_eq!(a.recent_locators, vec![10, file, file | 1, file | 2]);
+        // Key 7 is live in the base, key 2 in the recent level: the index would hold them twice.
+        for key in [7, 2] {
+            let again = ints(&[key]);
+            let again = Image::new(Kind::Signed, 8, &again).unwrap();
+            assert!(advance(&base, &[0, 0, 0], &recent, &[10, 11], &[], &[again], 2).unwrap().is_none());
+        }
+        let outside = advance(&base, &[0, 0, 0], &recent, &[10, 11], &[5], &[], 2).unwrap_err();
+        assert!(outside.to_string().contains("outside the index"), "{outside}");
     }
 
     #[test]

@@ -382,6 +382,80 @@ fn index_search_many(py: Python<'_>, buckets: &Bound<'_, PyList>) -> PyResult<Ve
     Ok(found.into_iter().map(|(slots, incoming)| (int64s(slots), int64s(incoming))).collect())
 }
 
+/// One bucket's step for `index_advance_many` as Python gives it.
+type StepIn<'py> = (
+    Bound<'py, PyAny>,
+    Bound<'py, PyAny>,
+    Bound<'py, PyAny>,
+    Bound<'py, PyAny>,
+    Bound<'py, PyAny>,
+    Bound<'py, PyList>,
+    i64,
+);
+
+/// One bucket's step for `index_advance_many`, owned so that the kernel runs without the GIL.
+struct Step {
+    base: OwnedImage,
+    dead: ScalarBuffer<u8>,
+    recent: OwnedImage,
+    recent_locators: ScalarBuffer<i64>,
+    removed: ScalarBuffer<i64>,
+    added: Vec<OwnedImage>,
+    first_file: i64,
+}
+
+/// `KeyIndex.advanced` of many buckets in one call, the buckets in parallel: `[(base, dead,
+/// recent, recent locators, removed slots, [added images], first file number)]` -> per
+/// bucket `(dead, recent, recent locators)` or None (see `index::advance`).
+#[pyfunction]
+fn index_advance_many(py: Python<'_>, steps: &Bound<'_, PyList>) -> PyResult<Vec<Option<(ArrowOut, ArrowOut, ArrowOut)>>> {
+    let mut owned = Vec::new();
+    for step in steps.iter() {
+        let (base, dead, recent, recent_locators, removed, added, first_file): StepIn<'_> = step.extract()?;
+        owned.push(Step {
+            base: image_of(&base)?,
+            dead: dead_flags(&dead)?,
+            recent: image_of(&recent)?,
+            recent_locators: as_i64s(&import(&recent_locators)?, "Locators")?,
+            removed: as_i64s(&import(&removed)?, "Removed slots")?,
+            added: added.iter().map(|a| image_of(&a)).collect::<PyResult<_>>()?,
+            first_file,
+        });
+    }
+    let advanced = run(py, "index_advance_many", || {
+        use rayon::prelude::*;
+        owned
+            .par_iter()
+            .map(|step| {
+                let added = step.added.iter().map(|a| a.image()).collect::<Result<Vec<_>, KernelError>>()?;
+                index::advance(
+                    &step.base.image()?,
+                    &step.dead,
+                    &step.recent.image()?,
+                    &step.recent_locators,
+                    &step.removed,
+                    &added,
+                    step.first_file,
+                )
+            })
+            .collect::<Result<Vec<_>, KernelError>>()
+    })?;
+    owned
+        .iter()
+        .zip(advanced)
+        .map(|(step, a)| {
+            a.map(|a| {
+                Ok((
+                    out(arrow_array::UInt8Array::from(a.dead).into_data()),
+                    step.recent.with(a.recent)?,
+                    int64s(a.recent_locators),
+                ))
+            })
+            .transpose()
+        })
+        .collect()
+}
+
 /// Two sorted levels as one: `(image, locators)`, or None if they share a key.
 #[pyfunction]
 fn index_merge(
@@ -526,6 +600,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(index_find, m)?)?;
     m.add_function(wrap_pyfunction!(index_search, m)?)?;
     m.add_function(wrap_pyfunction!(index_search_many, m)?)?;
+    m.add_function(wrap_pyfunction!(index_advance_many, m)?)?;
     m.add_function(wrap_pyfunction!(index_merge, m)?)?;
     m.add_function(wrap_pyfunction!(index_build, m)?)?;
     m.add_function(wrap_pyfunction!(vector_encode, m)?)?;

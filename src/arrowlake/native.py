@@ -259,6 +259,28 @@ def index_search_many(buckets: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray
     return [(_numpy(slots), _numpy(incoming)) for slots, incoming in found]
 
 
+def index_advance_many(steps: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                                             np.ndarray, Sequence[np.ndarray], int]]
+                       ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray] | None]:
+    """``KeyIndex.advanced`` of many buckets in one call, in parallel, up to the merge into
+    the base: each ``(base, dead, recent, recent locators, removed slots, added images, first
+    file number)`` to ``(dead, recent, recent locators)``, or None when the index would not
+    hold each key once."""
+    given = [(image_array(base), pa.array(np.ascontiguousarray(dead, dtype=bool).view(np.uint8)),
+              image_array(recent), _ints(recent_locators, np.int64), _ints(removed, np.int64),
+              [image_array(image) for image in added], int(first_file))
+             for base, dead, recent, recent_locators, removed, added, first_file in steps]
+    advanced = _call("index_advance_many", _lib().index_advance_many, given)
+    out: list[tuple[np.ndarray, np.ndarray, np.ndarray] | None] = []
+    for (_, _, recent, _, _, _, _), step in zip(steps, advanced, strict=True):
+        if step is None:
+            out.append(None)
+            continue
+        dead, image, locators = step
+        out.append((_numpy(dead).view(bool), image_numpy(image, recent.dtype), _numpy(locators)))
+    return out
+
+
 def index_merge(a: np.ndarray, a_locators: np.ndarray, b: np.ndarray, b_locators: np.ndarray
                 ) -> tuple[np.ndarray, np.ndarray] | tuple[None, None]:
     """``key_index._merge``: two sorted levels as one, ``(None, None)`` if they share a key."""
@@ -350,6 +372,7 @@ __all__ = [
     "group_versions",
     "image_array",
     "image_numpy",
+    "index_advance_many",
     "index_build",
     "index_find",
     "index_merge",

@@ -98,6 +98,46 @@ def test_build_equals_numpy(data: st.DataObject, dtype: object, files: int) -> N
     np.testing.assert_array_equal(built[1], expected.base_locators)
 
 
+@settings(max_examples=120, deadline=None)
+@given(data=st.data(), dtype=st.sampled_from(DTYPES), buckets=st.integers(1, 4))
+def test_advancing_many_buckets_equals_numpy(data: st.DataObject, dtype: object,
+                                             buckets: int) -> None:
+    """Buckets advanced in one native call equal each advanced on the numpy path: rows marked
+    deleted, written files merged in (keys rewritten, new, or still live: then None), and the
+    recent level merged into the base once it passes a quarter of it."""
+    steps = []
+    for _ in range(buckets):
+        keys = data.draw(images(dtype, 40))
+        cut = data.draw(st.integers(0, len(keys)))
+        base, recent = keys[:cut], keys[cut:]
+        index = key_index.KeyIndex(
+            base, np.arange(len(base), dtype=np.int64) + 7, np.zeros(len(base), dtype=bool),
+            recent, np.arange(len(recent), dtype=np.int64) + 900, ("a.parquet", "b.parquet"),
+            frozenset())
+        slots = np.arange(len(keys), dtype=np.int64)
+        removed = np.unique(np.asarray(data.draw(st.lists(st.sampled_from(slots), max_size=8))
+                                       if len(slots) else [], dtype=np.int64))
+        added = []
+        for f in range(data.draw(st.integers(0, 2))):
+            written = data.draw(images(dtype, 20))
+            if data.draw(st.booleans()):  # usually what was removed and some new keys
+                written = np.union1d(keys[removed], np.setdiff1d(written, keys))
+            added.append((f"new-{f}.parquet", written))
+        steps.append((index, removed, added, frozenset({("x", len(added))})))
+    got = key_index.advance_many(steps)
+    with numpy_path():
+        expected = key_index.advance_many(steps)
+    assert len(got) == len(expected) == buckets
+    for mine, theirs in zip(got, expected, strict=True):
+        if theirs is None:
+            assert mine is None
+            continue
+        assert mine is not None
+        for level in ("base", "base_locators", "dead", "recent", "recent_locators"):
+            np.testing.assert_array_equal(getattr(mine, level), getattr(theirs, level))
+        assert mine.files == theirs.files and mine.state == theirs.state
+
+
 @settings(max_examples=60, deadline=None)
 @given(data=st.data(), kinds=st.lists(st.sampled_from(["int64", "int32", "uint64", "bool",
                                                         "date32", "ts_tz", "fixed_binary"]),

@@ -101,34 +101,70 @@ class KeyIndex:
         """The index after a commit that marked the rows at ``removed_slots`` deleted and
         added files ``added`` (path, sorted key image), leaving the bucket in ``state``; None
         when the result would not hold each key once (the next lookup then builds one)."""
+        return advance_many([(self, removed_slots, added, state)])[0]
+
+    def _numpy_levels(self, removed_slots: np.ndarray, added: Sequence[np.ndarray]
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """:func:`native.index_advance_many`'s ``(dead, recent, recent locators)``, in numpy."""
         n = len(self.base)
         dead = self.dead.copy()
         dead[removed_slots[removed_slots < n]] = True
         keep = np.ones(len(self.recent), dtype=bool)
         keep[removed_slots[removed_slots >= n] - n] = False
         recent, recent_locators = self.recent[keep], self.recent_locators[keep]
-        files = list(self.files)
-        for path, image in added:
-            if image.dtype != self.base.dtype:
-                return None
+        for number, image in enumerate(added, start=len(self.files)):
             in_base, at_base = _find(self.base, image)
             if in_base.any() and not bool(dead[at_base[in_base]].all()):
                 return None  # a written key still live in the base
             merged, merged_locators = _merge(
                 recent, recent_locators, image,
-                _locators(len(files), np.arange(len(image), dtype=np.int64)))
+                _locators(number, np.arange(len(image), dtype=np.int64)))
             if merged is None or merged_locators is None:
                 return None
             recent, recent_locators = merged, merged_locators
-            files.append(path)
-        if len(recent) * RECENT_SHARE <= max(n, 4096):
-            return KeyIndex(self.base, self.base_locators, dead, recent, recent_locators,
-                            tuple(files), state)
-        base, base_locators = _merge(self.base[~dead], self.base_locators[~dead], recent,
+        return dead, recent, recent_locators
+
+    def _settled(self, levels: tuple[np.ndarray, np.ndarray, np.ndarray] | None,
+                 added: Sequence[str], state: State) -> KeyIndex | None:
+        """The index of the new levels, its recent level merged into the base once it passes
+        a quarter of it."""
+        if levels is None:
+            return None
+        dead, recent, recent_locators = levels
+        files = (*self.files, *added)
+        if len(recent) * RECENT_SHARE <= max(len(self.base), 4096):
+            return KeyIndex(self.base, self.base_locators, dead, recent, recent_locators, files,
+                            state)
+        live = ~dead
+        base, base_locators = _merge(self.base[live], self.base_locators[live], recent,
                                      recent_locators)
         if base is None or base_locators is None:
             return None
-        return _base_only(base, base_locators, tuple(files), state)
+        return _base_only(base, base_locators, files, state)
+
+
+Step = tuple[KeyIndex, np.ndarray, Sequence[tuple[str, np.ndarray]], State]
+
+
+def advance_many(steps: Sequence[Step]) -> list[KeyIndex | None]:
+    """:meth:`KeyIndex.advanced` of many buckets: ``(index, removed slots, added files,
+    state)`` each. On the native path one call advances every bucket in parallel without the
+    GIL."""
+    # Images of another dtype than the index's cannot join it.
+    fits = [all(image.dtype == index.base.dtype for _, image in added)
+            for index, _, added, _ in steps]
+    if native.enabled():
+        given = [(index.base, index.dead, index.recent, index.recent_locators,
+                  np.asarray(removed, dtype=np.int64), [image for _, image in added],
+                  len(index.files))
+                 for (index, removed, added, _), ok in zip(steps, fits, strict=True) if ok]
+        advanced = iter(native.index_advance_many(given))
+        levels = [next(advanced) if ok else None for ok in fits]
+    else:
+        levels = [index._numpy_levels(removed, [image for _, image in added]) if ok else None
+                  for (index, removed, added, _), ok in zip(steps, fits, strict=True)]
+    return [index._settled(level, [path for path, _ in added], state)
+            for (index, _, added, state), level in zip(steps, levels, strict=True)]
 
 
 def _merge(a: np.ndarray, a_locators: np.ndarray, b: np.ndarray, b_locators: np.ndarray

@@ -517,10 +517,12 @@ class _Written:
 def _advance_indexes(table: TableState, plan: _Plan, written: _Written,
                      vectors: Sequence[NewVector]) -> None:
     """After the commit of ``plan``: each group's key index as the commit left the group (its
-    deleted rows out, its new files' keys in), for the next write of this process."""
+    deleted rows out, its new files' keys in), for the next write of this process; all groups
+    in one call (in parallel, without the GIL, on the native path)."""
     rec = table.record
     key = lookup_columns(rec.primary_key, rec.partition_by)
     grown = {plan.tasks[v.file_id].path: v.cardinality for v in vectors}
+    names, steps = [], []
     for (part, bucket), found in plan.lookups.items():
         index = found.index
         name = index_group((rec.location, part, bucket), table.schema, key)
@@ -532,8 +534,11 @@ def _advance_indexes(table: TableState, plan: _Plan, written: _Written,
                            *((path, 0) for path, _ in added)])
         removed = (np.concatenate(found.deleted_slots) if found.deleted_slots
                    else np.zeros(0, dtype=np.int64))
-        key_index.keep(name, index.advanced(
-            removed, [(path, image) for path, image in added if image is not None], state))
+        names.append(name)
+        steps.append((index, removed,
+                      [(path, image) for path, image in added if image is not None], state))
+    for name, advanced in zip(names, key_index.advance_many(steps), strict=True):
+        key_index.keep(name, advanced)
 
 
 def _vectors(table: TableState, plan: _Plan) -> tuple[list[NewVector], str | None]:
