@@ -143,6 +143,16 @@ class KeyIndex:
         return _base_only(base, base_locators, files, state)
 
 
+def search_many(searches: Sequence[tuple[KeyIndex, np.ndarray]]
+                ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """:meth:`KeyIndex.search` of many buckets: ``(index, keys image)`` each. On the native
+    path one call searches every bucket in parallel without the GIL."""
+    if native.enabled():
+        return native.index_search_many([(index.base, index.dead, index.recent, keys)
+                                         for index, keys in searches])
+    return [index.search(keys) for index, keys in searches]
+
+
 Step = tuple[KeyIndex, np.ndarray, Sequence[tuple[str, np.ndarray]], State]
 
 

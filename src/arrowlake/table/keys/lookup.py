@@ -73,12 +73,51 @@ def locate(storage: Storage, files: Sequence[FileTask], file_schemas: dict[int, 
     (in ``schema``, the table's current schema). ``group`` names the bucket (all of whose
     live files ``files`` must be) to look it up in its key index
     (:mod:`arrowlake.table.keys.index`)."""
-    keys_image = sortable_key(keys, key)
-    if group is not None and keys_image is not None and files:
-        index = _index(storage, files, file_schemas, schema, key, group)
-        if index is not None and index.dtype == keys_image.dtype:
-            return _locate_indexed(storage, index, files, file_schemas, schema, keys_image,
-                                   columns)
+    return locate_many(storage, file_schemas, schema, key,
+                       [Lookup(files, keys, columns, group)])[0]
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """One bucket's part of :func:`locate_many`: :func:`locate`'s arguments that differ
+    between buckets."""
+
+    files: Sequence[FileTask]
+    keys: pa.Table
+    columns: Sequence[str] | None = None
+    group: Hashable | None = None
+
+
+def locate_many(storage: Storage, file_schemas: dict[int, pa.Schema], schema: pa.Schema,
+                key: Sequence[str], lookups: Sequence[Lookup]) -> list[Matches]:
+    """:func:`locate` of many buckets. The buckets with a key index are searched in one
+    call (:func:`~arrowlake.table.keys.index.search_many`: in parallel, without the GIL, on
+    the native path); the others file by file."""
+    out: list[Matches | None] = [None] * len(lookups)
+    indexed: list[tuple[int, KeyIndex, np.ndarray]] = []
+    for i, one in enumerate(lookups):
+        keys_image = sortable_key(one.keys, key)
+        if one.group is not None and keys_image is not None and one.files:
+            index = _index(storage, one.files, file_schemas, schema, key, one.group)
+            if index is not None and index.dtype == keys_image.dtype:
+                indexed.append((i, index, keys_image))
+                continue
+        out[i] = _locate_in_files(storage, one.files, file_schemas, schema, key, one.keys,
+                                  keys_image, one.columns)
+    found = key_index.search_many([(index, image) for _, index, image in indexed])
+    for (i, index, _), (slots, incoming) in zip(indexed, found, strict=True):
+        one = lookups[i]
+        out[i] = _locate_indexed(storage, index, one.files, file_schemas, schema, slots,
+                                 incoming, one.columns)
+    return [m for m in out if m is not None]
+
+
+def _locate_in_files(storage: Storage, files: Sequence[FileTask],
+                     file_schemas: dict[int, pa.Schema], schema: pa.Schema, key: Sequence[str],
+                     keys: pa.Table, keys_image: np.ndarray | None,
+                     columns: Sequence[str] | None) -> Matches:
+    """:func:`locate` without an index: each live file whose key range overlaps the keys'
+    is searched."""
     bounds = _key_bounds(keys, key)
     parts: list[tuple[FileTask, np.ndarray, np.ndarray]] = []
     for task in files:
@@ -145,9 +184,10 @@ def _index(storage: Storage, files: Sequence[FileTask], file_schemas: dict[int, 
 
 
 def _locate_indexed(storage: Storage, index: KeyIndex, files: Sequence[FileTask],
-                    file_schemas: dict[int, pa.Schema], schema: pa.Schema,
-                    keys_image: np.ndarray, columns: Sequence[str] | None) -> Matches:
-    slots, incoming = index.search(keys_image)
+                    file_schemas: dict[int, pa.Schema], schema: pa.Schema, slots: np.ndarray,
+                    incoming: np.ndarray, columns: Sequence[str] | None) -> Matches:
+    """The matches of a search of ``index`` (``slots`` and ``incoming`` as
+    :meth:`KeyIndex.search` gives them)."""
     which, positions = index.where(slots)
     # Grouped by file, so that each file's rows are read in one go.
     order = np.argsort(which, kind="stable")

@@ -59,10 +59,12 @@ from arrowlake.scan.split import FileTask
 from arrowlake.table.changelogs.files import write_changelog
 from arrowlake.table.keys import index as key_index
 from arrowlake.table.keys.lookup import (
+    Lookup,
     Matches,
     Written,
     index_group,
     locate,
+    locate_many,
     lookup_columns,
     match_keys,
     remember_written,
@@ -357,22 +359,21 @@ def _plan(table: TableState, view: TableView, incoming: Sequence[_Group], engine
     schema = table.schema
     plan = _Plan()
     lookup_key = lookup_columns(key, rec.partition_by)
-    for values, bucket, run in incoming:
-        part = _partition_json(values) if rec.partition_by else None
+    blind = isinstance(engine, (Deduplicate, FirstRow)) and seq_field is None
+    parts = [_partition_json(values) if rec.partition_by else None for values, _, _ in incoming]
+    # Every group's lookup at once: the groups' key indexes are searched in one call.
+    founds = locate_many(view.storage, schemas, schema, lookup_key, [
+        Lookup(by_group.get((part, bucket), []), run.select(lookup_key),
+               None if blind else schema.names, (rec.location, part, bucket))
+        for part, (_, bucket, run) in zip(parts, incoming, strict=True)])
+    for part, (values, bucket, run), found in zip(parts, incoming, founds, strict=True):
         candidates = by_group.get((part, bucket), [])
-        keys = run.select(lookup_key)
-        group = (rec.location, part, bucket)
-        if isinstance(engine, Deduplicate) and seq_field is None:
-            found = locate(view.storage, candidates, schemas, schema, lookup_key, keys,
-                           group=group)
+        if blind and isinstance(engine, Deduplicate):
             _replace_blindly(plan, run, found, candidates)
-        elif isinstance(engine, FirstRow) and seq_field is None:
-            found = locate(view.storage, candidates, schemas, schema, lookup_key, keys,
-                           group=group)
+        elif blind:
             _keep_first(plan, values, bucket, run, found)
         else:
-            found = locate(view.storage, candidates, schemas, schema, lookup_key, keys,
-                           columns=schema.names, group=group)
+            keys = run.select(lookup_key)
             buried = locate(view.storage, graves.get((part, bucket), []), schemas, schema,
                             lookup_key, keys, columns=schema.names)
             _merge_with_live(plan, values, bucket, run, found, buried,
