@@ -271,31 +271,36 @@ fn merge_cuts<K: Ord>(n: usize, a: impl Fn(usize) -> K, m: usize, b: impl Fn(usi
     Some(cuts)
 }
 
-/// One bucket's index levels after a commit: the base's dead flags and the recent level.
+/// One bucket's index after a commit: new dead flags and recent level over the same base, or
+/// (once the recent level grew past its share) one new base holding every live key.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Advanced {
-    pub dead: Vec<u8>,
-    pub recent: Vec<u8>,
-    pub recent_locators: Vec<i64>,
+pub enum Advanced {
+    Levels { dead: Vec<u8>, recent: Vec<u8>, recent_locators: Vec<i64> },
+    Base { base: Vec<u8>, base_locators: Vec<i64> },
 }
 
-/// `KeyIndex.advanced` up to the merge into the base (which Python decides on): the rows at
-/// `removed` slots marked deleted (base slots in `dead`, recent ones dropped), then each of
-/// the `added` files' sorted images merged into the recent level, file `first_file + k` for
-/// the `k`-th. `None` when a written key is still live in the base or already in the recent
-/// level, or an image is of another type: the index would not hold each key once.
+/// `KeyIndex.advanced`: the rows at `removed` slots marked deleted (base slots in `dead`,
+/// recent ones dropped), then each of the `added` files' sorted images merged into the recent
+/// level, file `first_file + k` for the `k`-th. Once the recent level holds more than
+/// `1/recent_share` of the base (or of 4096 entries, for a small base), the base's live
+/// entries and the recent level are merged into a new base. `None` when a written key is
+/// still live in the base or already in the recent level, or an image is of another type:
+/// the index would not hold each key once.
+#[allow(clippy::too_many_arguments)]
 pub fn advance(
     base: &Image,
+    base_locators: &[i64],
     dead: &[u8],
     recent: &Image,
     recent_locators: &[i64],
     removed: &[i64],
     added: &[Image],
     first_file: i64,
+    recent_share: usize,
 ) -> Result<Option<Advanced>> {
     let n = base.len();
     base.same_shape(recent)?;
-    if dead.len() != n || recent_locators.len() != recent.len() {
+    if dead.len() != n || base_locators.len() != n || recent_locators.len() != recent.len() {
         return Err(KernelError::invalid("Each level entry needs one dead flag and one locator"));
     }
     let mut dead = dead.to_vec();
@@ -333,7 +338,19 @@ pub fn advance(
             Some((d, l)) => (data, locators) = (d, l),
         }
     }
-    Ok(Some(Advanced { dead, recent: data, recent_locators: locators }))
+    if locators.len() * recent_share <= n.max(4096) {
+        return Ok(Some(Advanced::Levels { dead, recent: data, recent_locators: locators }));
+    }
+    let mut live = Vec::with_capacity(base.data.len());
+    let mut live_locators = Vec::with_capacity(n);
+    for (i, _) in dead.iter().enumerate().filter(|(_, d)| **d == 0) {
+        live.extend_from_slice(base.bytes(i));
+        live_locators.push(base_locators[i]);
+    }
+    let live = Image::new(base.kind, width, &live)?;
+    let recent = Image::new(base.kind, width, &data)?;
+    Ok(merge(&live, &live_locators, &recent, &locators)?
+        .map(|(base, base_locators)| Advanced::Base { base, base_locators }))
 }
 
 /// `key_index.build`: one level of files' sorted images minus their deleted positions, with
@@ -418,18 +435,28 @@ mod tests {
         // Rewriting key 4 (base slot 1) and key 9 (recent slot 1, so slot 3 + 1) is fine.
         let written = ints(&[4, 5, 9]);
         let written = Image::new(Kind::Signed, 8, &written).unwrap();
-        let a = advance(&base, &[0, 0, 0], &recent, &[10, 11], &[1, 4], &[written], 2).unwrap().unwrap();
-        assert_eq!(a.dead, vec![0, 1, 0]);
-        assert_eq!(a.recent, ints(&[2, 4, 5, 9]));
         let file = 2i64 << POSITION_BITS;
-        assert_eq!(a.recent_locators, vec![10, file, file | 1, file | 2]);
+        let a = advance(&base, &[0, 1, 2], &[0, 0, 0], &recent, &[10, 11], &[1, 4], &[written], 2, 0);
+        let expected = Advanced::Levels {
+            dead: vec![0, 1, 0],
+            recent: ints(&[2, 4, 5, 9]),
+            recent_locators: vec![10, file, file | 1, file | 2],
+        };
+        assert_eq!(a.unwrap().unwrap(), expected);
+        // Past its share, the recent level joins the base's live entries (key 4 is dead).
+        let a = advance(&base, &[0, 1, 2], &[0, 0, 0], &recent, &[10, 11], &[1, 4], &[written], 2, 4096);
+        let expected = Advanced::Base {
+            base: ints(&[1, 2, 4, 5, 7, 9]),
+            base_locators: vec![0, 10, file, file | 1, 2, file | 2],
+        };
+        assert_eq!(a.unwrap().unwrap(), expected);
         // Key 7 is live in the base, key 2 in the recent level: the index would hold them twice.
         for key in [7, 2] {
             let again = ints(&[key]);
             let again = Image::new(Kind::Signed, 8, &again).unwrap();
-            assert!(advance(&base, &[0, 0, 0], &recent, &[10, 11], &[], &[again], 2).unwrap().is_none());
+            assert!(advance(&base, &[0, 1, 2], &[0, 0, 0], &recent, &[10, 11], &[], &[again], 2, 0).unwrap().is_none());
         }
-        let outside = advance(&base, &[0, 0, 0], &recent, &[10, 11], &[5], &[], 2).unwrap_err();
+        let outside = advance(&base, &[0, 1, 2], &[0, 0, 0], &recent, &[10, 11], &[5], &[], 2, 0).unwrap_err();
         assert!(outside.to_string().contains("outside the index"), "{outside}");
     }
 

@@ -389,6 +389,7 @@ type StepIn<'py> = (
     Bound<'py, PyAny>,
     Bound<'py, PyAny>,
     Bound<'py, PyAny>,
+    Bound<'py, PyAny>,
     Bound<'py, PyList>,
     i64,
 );
@@ -396,6 +397,7 @@ type StepIn<'py> = (
 /// One bucket's step for `index_advance_many`, owned so that the kernel runs without the GIL.
 struct Step {
     base: OwnedImage,
+    base_locators: ScalarBuffer<i64>,
     dead: ScalarBuffer<u8>,
     recent: OwnedImage,
     recent_locators: ScalarBuffer<i64>,
@@ -404,16 +406,23 @@ struct Step {
     first_file: i64,
 }
 
-/// `KeyIndex.advanced` of many buckets in one call, the buckets in parallel: `[(base, dead,
-/// recent, recent locators, removed slots, [added images], first file number)]` -> per
-/// bucket `(dead, recent, recent locators)` or None (see `index::advance`).
+/// What `index_advance_many` gives per bucket: `(dead, recent, recent locators)` over the same
+/// base, `(base, base locators)` for a new base, or None.
+type Stepped = Option<(ArrowOut, ArrowOut, Option<ArrowOut>)>;
+
+/// `KeyIndex.advanced` of many buckets in one call, the buckets in parallel: `[(base, base
+/// locators, dead, recent, recent locators, removed slots, [added images], first file
+/// number)]` and the recent level's share -> per bucket `(dead, recent, recent locators)`,
+/// `(base, base locators, None)`, or None (see `index::advance`).
 #[pyfunction]
-fn index_advance_many(py: Python<'_>, steps: &Bound<'_, PyList>) -> PyResult<Vec<Option<(ArrowOut, ArrowOut, ArrowOut)>>> {
+fn index_advance_many(py: Python<'_>, steps: &Bound<'_, PyList>, recent_share: usize) -> PyResult<Vec<Stepped>> {
     let mut owned = Vec::new();
     for step in steps.iter() {
-        let (base, dead, recent, recent_locators, removed, added, first_file): StepIn<'_> = step.extract()?;
+        let (base, base_locators, dead, recent, recent_locators, removed, added, first_file): StepIn<'_> =
+            step.extract()?;
         owned.push(Step {
             base: image_of(&base)?,
+            base_locators: as_i64s(&import(&base_locators)?, "Locators")?,
             dead: dead_flags(&dead)?,
             recent: image_of(&recent)?,
             recent_locators: as_i64s(&import(&recent_locators)?, "Locators")?,
@@ -430,12 +439,14 @@ fn index_advance_many(py: Python<'_>, steps: &Bound<'_, PyList>) -> PyResult<Vec
                 let added = step.added.iter().map(|a| a.image()).collect::<Result<Vec<_>, KernelError>>()?;
                 index::advance(
                     &step.base.image()?,
+                    &step.base_locators,
                     &step.dead,
                     &step.recent.image()?,
                     &step.recent_locators,
                     &step.removed,
                     &added,
                     step.first_file,
+                    recent_share,
                 )
             })
             .collect::<Result<Vec<_>, KernelError>>()
@@ -444,12 +455,15 @@ fn index_advance_many(py: Python<'_>, steps: &Bound<'_, PyList>) -> PyResult<Vec
         .iter()
         .zip(advanced)
         .map(|(step, a)| {
-            a.map(|a| {
-                Ok((
-                    out(arrow_array::UInt8Array::from(a.dead).into_data()),
-                    step.recent.with(a.recent)?,
-                    int64s(a.recent_locators),
-                ))
+            a.map(|a| match a {
+                index::Advanced::Levels { dead, recent, recent_locators } => Ok((
+                    out(arrow_array::UInt8Array::from(dead).into_data()),
+                    step.recent.with(recent)?,
+                    Some(int64s(recent_locators)),
+                )),
+                index::Advanced::Base { base, base_locators } => {
+                    Ok((step.base.with(base)?, int64s(base_locators), None))
+                }
             })
             .transpose()
         })

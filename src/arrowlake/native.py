@@ -259,25 +259,34 @@ def index_search_many(buckets: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray
     return [(_numpy(slots), _numpy(incoming)) for slots, incoming in found]
 
 
+#: One bucket after :func:`index_advance_many`: ``("levels", dead, recent, recent locators)``
+#: over the same base, or ``("base", base, base locators)``.
+Advanced = tuple[str, np.ndarray, np.ndarray] | tuple[str, np.ndarray, np.ndarray, np.ndarray]
+
+
 def index_advance_many(steps: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
-                                             np.ndarray, Sequence[np.ndarray], int]]
-                       ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray] | None]:
-    """``KeyIndex.advanced`` of many buckets in one call, in parallel, up to the merge into
-    the base: each ``(base, dead, recent, recent locators, removed slots, added images, first
-    file number)`` to ``(dead, recent, recent locators)``, or None when the index would not
-    hold each key once."""
-    given = [(image_array(base), pa.array(np.ascontiguousarray(dead, dtype=bool).view(np.uint8)),
+                                             np.ndarray, np.ndarray, Sequence[np.ndarray], int]],
+                       recent_share: int) -> list[Advanced | None]:
+    """``KeyIndex.advanced`` of many buckets in one call, in parallel: each ``(base, base
+    locators, dead, recent, recent locators, removed slots, added images, first file number)``
+    to its new levels, or to a new base once the recent level holds more than
+    ``1/recent_share`` of the base; None when the index would not hold each key once."""
+    given = [(image_array(base), _ints(base_locators, np.int64),
+              pa.array(np.ascontiguousarray(dead, dtype=bool).view(np.uint8)),
               image_array(recent), _ints(recent_locators, np.int64), _ints(removed, np.int64),
               [image_array(image) for image in added], int(first_file))
-             for base, dead, recent, recent_locators, removed, added, first_file in steps]
-    advanced = _call("index_advance_many", _lib().index_advance_many, given)
-    out: list[tuple[np.ndarray, np.ndarray, np.ndarray] | None] = []
-    for (_, _, recent, _, _, _, _), step in zip(steps, advanced, strict=True):
-        if step is None:
+             for base, base_locators, dead, recent, recent_locators, removed, added, first_file
+             in steps]
+    advanced = _call("index_advance_many", _lib().index_advance_many, given, int(recent_share))
+    out: list[Advanced | None] = []
+    for step, result in zip(steps, advanced, strict=True):
+        if result is None:
             out.append(None)
-            continue
-        dead, image, locators = step
-        out.append((_numpy(dead).view(bool), image_numpy(image, recent.dtype), _numpy(locators)))
+        elif result[2] is None:
+            out.append(("base", image_numpy(result[0], step[0].dtype), _numpy(result[1])))
+        else:
+            out.append(("levels", _numpy(result[0]).view(bool),
+                        image_numpy(result[1], step[3].dtype), _numpy(result[2])))
     return out
 
 

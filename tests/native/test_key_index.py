@@ -138,6 +138,36 @@ def test_advancing_many_buckets_equals_numpy(data: st.DataObject, dtype: object,
         assert mine.files == theirs.files and mine.state == theirs.state
 
 
+@pytest.mark.parametrize("dtype", [np.int64, np.uint32, "S7"])
+def test_a_recent_level_past_its_share_joins_the_base_alike(dtype: object) -> None:
+    """Past a quarter of the base (and of 4096 entries), the recent level and the base's live
+    entries become one new base, on both paths."""
+    rng = np.random.default_rng(3)
+    values = rng.choice(1 << 30, 6000, replace=False)
+    keys = (np.array([v.to_bytes(7, "big") for v in values.tolist()], dtype="S7")
+            if dtype == "S7" else values.astype(dtype))
+    keys = np.sort(keys)
+    pick = rng.permutation(len(keys))
+    base, recent, new = (np.sort(keys[pick[:4000]]), np.sort(keys[pick[4000:4500]]),
+                         keys[pick[4500:]])
+    index = key_index.KeyIndex(base, np.arange(len(base), dtype=np.int64),
+                               np.zeros(len(base), dtype=bool), recent,
+                               np.arange(len(recent), dtype=np.int64) + (1 << 40),
+                               ("a.parquet", "b.parquet"), frozenset())
+    removed = np.sort(rng.choice(len(base) + len(recent), 300, replace=False)).astype(np.int64)
+    rewritten = np.concatenate([base, recent])[removed]
+    step = (index, removed, [("c.parquet", np.sort(np.concatenate([new, rewritten])))],
+            frozenset({("c.parquet", 0)}))
+    got = key_index.advance_many([step])[0]
+    with numpy_path():
+        expected = key_index.advance_many([step])[0]
+    assert got is not None and expected is not None
+    assert len(got.recent) == 0 and len(got.base) == len(keys)  # every key, once
+    for level in ("base", "base_locators", "dead", "recent", "recent_locators"):
+        np.testing.assert_array_equal(getattr(got, level), getattr(expected, level))
+    assert got.files == expected.files == ("a.parquet", "b.parquet", "c.parquet")
+
+
 @settings(max_examples=60, deadline=None)
 @given(data=st.data(), kinds=st.lists(st.sampled_from(["int64", "int32", "uint64", "bool",
                                                         "date32", "ts_tz", "fixed_binary"]),

@@ -105,7 +105,8 @@ class KeyIndex:
 
     def _numpy_levels(self, removed_slots: np.ndarray, added: Sequence[np.ndarray]
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-        """:func:`native.index_advance_many`'s ``(dead, recent, recent locators)``, in numpy."""
+        """The numpy path of :func:`advance_many` up to the merge into the base: ``(dead,
+        recent, recent locators)``, or None when a key would be held twice."""
         n = len(self.base)
         dead = self.dead.copy()
         dead[removed_slots[removed_slots < n]] = True
@@ -126,8 +127,8 @@ class KeyIndex:
 
     def _settled(self, levels: tuple[np.ndarray, np.ndarray, np.ndarray] | None,
                  added: Sequence[str], state: State) -> KeyIndex | None:
-        """The index of the new levels, its recent level merged into the base once it passes
-        a quarter of it."""
+        """The index of the new levels (numpy path), its recent level merged into the base
+        once it passes a quarter of it."""
         if levels is None:
             return None
         dead, recent, recent_locators = levels
@@ -141,6 +142,18 @@ class KeyIndex:
         if base is None or base_locators is None:
             return None
         return _base_only(base, base_locators, files, state)
+
+    def _from_native(self, advanced: native.Advanced | None, added: Sequence[str],
+                     state: State) -> KeyIndex | None:
+        """The index :func:`native.index_advance_many` described."""
+        if advanced is None:
+            return None
+        files = (*self.files, *added)
+        if advanced[0] == "base":
+            return _base_only(advanced[1], advanced[2], files, state)
+        _, dead, recent, recent_locators = advanced  # type: ignore[misc]
+        return KeyIndex(self.base, self.base_locators, dead, recent, recent_locators, files,
+                        state)
 
 
 def search_many(searches: Sequence[tuple[KeyIndex, np.ndarray]]
@@ -164,15 +177,16 @@ def advance_many(steps: Sequence[Step]) -> list[KeyIndex | None]:
     fits = [all(image.dtype == index.base.dtype for _, image in added)
             for index, _, added, _ in steps]
     if native.enabled():
-        given = [(index.base, index.dead, index.recent, index.recent_locators,
-                  np.asarray(removed, dtype=np.int64), [image for _, image in added],
-                  len(index.files))
+        given = [(index.base, index.base_locators, index.dead, index.recent,
+                  index.recent_locators, np.asarray(removed, dtype=np.int64),
+                  [image for _, image in added], len(index.files))
                  for (index, removed, added, _), ok in zip(steps, fits, strict=True) if ok]
-        advanced = iter(native.index_advance_many(given))
-        levels = [next(advanced) if ok else None for ok in fits]
-    else:
-        levels = [index._numpy_levels(removed, [image for _, image in added]) if ok else None
-                  for (index, removed, added, _), ok in zip(steps, fits, strict=True)]
+        advanced = iter(native.index_advance_many(given, RECENT_SHARE))
+        return [index._from_native(next(advanced) if ok else None,
+                                   [path for path, _ in added], state)
+                for (index, _, added, state), ok in zip(steps, fits, strict=True)]
+    levels = [index._numpy_levels(removed, [image for _, image in added]) if ok else None
+              for (index, removed, added, _), ok in zip(steps, fits, strict=True)]
     return [index._settled(level, [path for path, _ in added], state)
             for (index, _, added, state), level in zip(steps, levels, strict=True)]
 
