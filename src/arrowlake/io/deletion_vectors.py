@@ -114,7 +114,7 @@ def extend_many(storage: Storage, files: Sequence[tuple[np.ndarray, VectorRef | 
     in parallel without the GIL, uniting each current blob as a bitmap (its positions are
     never listed); a damaged blob is then read again here, so that the error names its file."""
     if native.enabled():
-        given = []
+        given: list[tuple[np.ndarray, bytes | None, int]] = []
         for positions, current, path in files:
             if current is None or not current.cardinality:
                 given.append((positions, None, 0))
