@@ -147,12 +147,43 @@ pub fn group_versions(keys: &SortKeys, words: &VersionWords) -> Result<Versions>
         let order: Vec<i64> = (0..n as i64).collect();
         return Ok(Versions { starts: order.clone(), order });
     }
+    if let SortKeys::Ints(v) = keys {
+        return Ok(int_versions(v, words));
+    }
     let mut order = keys.stable_order();
     let starts = keys.group_starts(&order);
     if starts.len() < n && !in_version_order(keys, words, &order) {
         order_within_keys(keys, words, &mut order);
     }
     Ok(Versions { order: order.into_iter().map(|i| i as i64).collect(), starts })
+}
+
+/// [`group_versions`] of one integer-like key column, on one thread: a merge's input is a
+/// few runs each sorted by key, which the standard library's stable sort finds and merges,
+/// and the keys' starts and the versions' order are read from the sorted pairs in one pass,
+/// without a call per comparison. (Rayon's merge sort and the generic passes took 6.7 ms for
+/// 184k rows of 6 runs, numpy's path 4.6 ms.)
+fn int_versions(keys: &[u64], words: &VersionWords) -> Versions {
+    let n = keys.len();
+    let mut pairs: Vec<(u64, u32)> = keys.iter().enumerate().map(|(i, k)| (*k, i as u32)).collect();
+    pairs.sort_by_key(|p| p.0);
+    let mut starts = Vec::new();
+    let mut ordered = true;
+    for p in 0..n {
+        if p == 0 || pairs[p].0 != pairs[p - 1].0 {
+            starts.push(p as i64);
+        } else if ordered && words.cmp(pairs[p - 1].1 as usize, pairs[p].1 as usize).is_gt() {
+            ordered = false;
+        }
+    }
+    let mut order: Vec<u32> = pairs.into_iter().map(|p| p.1).collect();
+    if !ordered {
+        for (k, &start) in starts.iter().enumerate() {
+            let end = starts.get(k + 1).map_or(n, |e| *e as usize);
+            order[start as usize..end].sort_by(|a, b| words.cmp(*a as usize, *b as usize));
+        }
+    }
+    Versions { order: order.into_iter().map(i64::from).collect(), starts }
 }
 
 /// Whether every key's versions already stand oldest first in `order`.
