@@ -31,8 +31,9 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import chain
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -146,8 +147,10 @@ class OnWriteChange(Change):
         self.decisions = 0
         self.decided_on: int | None = None  # the snapshot the decision was made on
         self.redecide = False  # the last plan's own check found what it read changed
+        # The decision's rows cut into groups, as they are cut (see _groups).
         self.incoming: list[_Group] = []
         self.additions: list[_Group] = []
+        self.pending: Iterator[_Group] | None = None
         self.changelog: list[NewFile] = []
         self.files: list[NewFile] = []
         self.graves: list[NewFile] = []
@@ -177,13 +180,34 @@ class OnWriteChange(Change):
         self.decision = decision
         if decision is None:
             return None
-        self.incoming = list(run_groups(table, decision.rows)) if decision.rows.num_rows \
-            else []
-        self.additions = _blind_additions(self.incoming) if self.blind else []
+        # Cut lazily: the first write takes each group while the pool encodes the last one.
+        self.incoming, self.additions = [], []
+        self.pending = iter(run_groups(table, decision.rows)) if decision.rows.num_rows \
+            else None
         if self.producer == "input" and decision.rows.num_rows:
             # The rows exactly as given, committed with the write even when it changes none.
             self.changelog = write_changelog(table, decision.rows)
         return decision
+
+    def _cut(self) -> Iterator[_Group]:
+        """The decision's groups not cut yet, each kept in ``incoming`` (and its additions in
+        ``additions``) as it is cut; yields what a blind replace writes of each."""
+        while self.pending is not None:
+            group = next(self.pending, None)
+            if group is None:
+                self.pending = None
+                return
+            self.incoming.append(group)
+            if self.blind:
+                added = _blind_additions([group])
+                self.additions.extend(added)
+                yield from added
+
+    def _groups(self) -> list[_Group]:
+        """Every group of the decision's rows (cutting what is not cut yet)."""
+        for _ in self._cut():
+            pass
+        return self.incoming
 
     def plan(self, base: int | None) -> SnapshotChange | None:
         table = self.state
@@ -199,12 +223,14 @@ class OnWriteChange(Change):
         view = table.view(base, current_schema=True)
 
         def plan_now(view: TableView = view) -> _Plan:
-            return _plan(table, view, self.incoming, self.engine, self.seq_field)
+            return _plan(table, view, self._groups(), self.engine, self.seq_field)
 
         if self.blind:
             if not self.files and not self.written.files:
-                # The lookup runs while the write pool compresses the new rows.
-                self.written, planned = _write(table, self.additions, during=plan_now)
+                # The groups are cut as the write pool takes them, and the lookup runs while
+                # it compresses the last ones.
+                self.written, planned = _write(table, chain(self.additions, self._cut()),
+                                               during=plan_now)
                 self.files = self.written.files
                 assert planned is not None
                 self.current = planned
@@ -231,7 +257,7 @@ class OnWriteChange(Change):
             removed_rows=sum(v.new_positions for v in self.vectors),
             commit_id=self.commit_id, changelog=self.changelog,
             summary={**summary, "replaced_rows": self.current.replaced},
-            on_rebase=_rebase_check(table, base, self.incoming, decision.on_rebase),
+            on_rebase=_rebase_check(table, base, self._groups(), decision.on_rebase),
             deletion_vectors=True)
 
     def should_plan_again(self, exc: CommitConflict, attempt: int) -> bool:
@@ -269,7 +295,7 @@ class OnWriteChange(Change):
         return WriteResult(commit.snapshot_id, self.kind, len(self.files), 0, added,
                            removed, commit.attempts, commit.duplicate,
                            replaced=self.current.replaced,
-                           buckets=tuple(sorted({b for _, b, _ in self.incoming})),
+                           buckets=tuple(sorted({b for _, b, _ in self._groups()})),
                            added_bytes=sum(f.file_size for f in self.files))
 
     def discard(self) -> None:
@@ -488,7 +514,7 @@ def _merge_with_live(plan: _Plan, values: tuple[pa.Scalar, ...], bucket: int, ru
     plan.replaced += int(changed[at_merged].sum())
 
 
-def _write(table: TableState, groups: Sequence[_Group], during: Callable[[], _T] | None = None
+def _write(table: TableState, groups: Iterable[_Group], during: Callable[[], _T] | None = None
            ) -> tuple[_Written, _T | None]:
     """The new rows of every group as one file in its partition's bucket (table schema, no
     row-kind column: every row of a merge-on-write file is live until a vector says not);
@@ -497,7 +523,7 @@ def _write(table: TableState, groups: Sequence[_Group], during: Callable[[], _T]
 
     def start(writers: list[DataFileWriter]
               ) -> tuple[list[tuple[DataFileWriter, pa.Table]], _T | None]:
-        started = start_group_writers(table, groups, table.schema, writers) if groups else []
+        started = start_group_writers(table, groups, table.schema, writers)
         return started, (during() if during is not None else None)
 
     files, (started, result) = write_started(start)
