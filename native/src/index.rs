@@ -359,7 +359,7 @@ pub fn build(parts: &[(Image, Option<&[u64]>)]) -> Result<Option<(Vec<u8>, Vec<i
     let Some((first, _)) = parts.first() else {
         return Ok(None);
     };
-    let mut entries: Vec<(u32, u32)> = Vec::new(); // (part, row)
+    let mut live: Vec<(usize, Vec<bool>)> = Vec::with_capacity(parts.len()); // (part, dropped)
     for (p, (image, deleted)) in parts.iter().enumerate() {
         if image.kind != first.kind || image.width != first.width {
             return Ok(None);
@@ -375,24 +375,47 @@ pub fn build(parts: &[(Image, Option<&[u64]>)]) -> Result<Option<(Vec<u8>, Vec<i
                 }
             }
         }
-        entries.extend((0..image.len()).filter(|r| !dropped[*r]).map(|r| (p as u32, r as u32)));
+        live.push((p, dropped));
     }
-    // Each part is sorted: a stable sort merges the runs in near-linear time.
-    entries.par_sort_by(|x, y| parts[x.0 as usize].0.cmp_with(x.1 as usize, &parts[y.0 as usize].0, y.1 as usize));
-    let unique = (1..entries.len()).into_par_iter().all(|k| {
-        let (x, y) = (entries[k - 1], entries[k]);
-        parts[x.0 as usize].0.cmp_with(x.1 as usize, &parts[y.0 as usize].0, y.1 as usize).is_lt()
-    });
-    if !unique {
-        return Ok(None);
+    let (kind, width) = (first.kind, first.width);
+    Ok(match (kind, width) {
+        (Kind::Signed, 8) => build_by(parts, &live, |p, r| i64_at(parts[p].0.data, r)),
+        (Kind::Unsigned, 8) => build_by(parts, &live, |p, r| u64_at(parts[p].0.data, r)),
+        (Kind::Bytes, w) => build_by(parts, &live, |p, r| &parts[p].0.data[r * w..(r + 1) * w]),
+        _ => build_by(parts, &live, |p, r| parts[p].0.int(r)),
+    })
+}
+
+/// [`build`] over keys read by `key(part, row)`: every live entry with its key and locator,
+/// sorted by key with the standard library's stable sort, which finds the parts' sorted runs
+/// and merges them (near-linear time), in one monomorphic loop per image kind; `None` if a
+/// key is live twice.
+fn build_by<K: Ord + Copy>(
+    parts: &[(Image, Option<&[u64]>)],
+    live: &[(usize, Vec<bool>)],
+    key: impl Fn(usize, usize) -> K,
+) -> Option<(Vec<u8>, Vec<i64>)> {
+    let total = live.iter().map(|(_, d)| d.iter().filter(|x| !**x).count()).sum();
+    let mut entries: Vec<(K, i64)> = Vec::with_capacity(total);
+    for (p, dropped) in live {
+        let file = (*p as i64) << POSITION_BITS;
+        entries.extend(
+            dropped.iter().enumerate().filter(|(_, d)| !**d).map(|(r, _)| (key(*p, r), file | r as i64)),
+        );
     }
-    let mut data = Vec::with_capacity(entries.len() * first.width);
+    entries.sort_by_key(|e| e.0);
+    if entries.windows(2).any(|w| w[0].0 >= w[1].0) {
+        return None;
+    }
+    let width = parts[0].0.width;
+    let mut data = Vec::with_capacity(entries.len() * width);
     let mut locators = Vec::with_capacity(entries.len());
-    for (p, r) in entries {
-        data.extend_from_slice(parts[p as usize].0.bytes(r as usize));
-        locators.push(((p as i64) << POSITION_BITS) | r as i64);
+    for (_, locator) in entries {
+        let (p, r) = ((locator >> POSITION_BITS) as usize, (locator & ((1 << POSITION_BITS) - 1)) as usize);
+        data.extend_from_slice(parts[p].0.bytes(r));
+        locators.push(locator);
     }
-    Ok(Some((data, locators)))
+    Some((data, locators))
 }
 
 #[cfg(test)]
