@@ -489,36 +489,45 @@ fn index_merge(
     }
 }
 
-/// `key_index.build` of `[(sorted image, deleted positions or None)]`: `(image, locators)`,
-/// or None when the images differ in type or a key is live twice.
+/// `key_index.build` of many buckets in one call, the buckets in parallel: per bucket
+/// `[(sorted image, deleted positions or None)]` -> `(image, locators)`, or None when its
+/// images differ in type or a key is live twice.
 #[pyfunction]
-fn index_build(py: Python<'_>, parts: &Bound<'_, PyList>) -> PyResult<Option<(ArrowOut, ArrowOut)>> {
-    let mut owned = Vec::new();
-    for part in parts.iter() {
-        let (image, deleted): (Bound<'_, PyAny>, Bound<'_, PyAny>) = part.extract()?;
-        let deleted = match import_optional(Some(&deleted))? {
-            Some(d) => Some(as_u64s(&d, "Deleted positions")?),
-            None => None,
-        };
-        owned.push((image_of(&image)?, deleted));
+fn index_build_many(py: Python<'_>, buckets: &Bound<'_, PyList>) -> PyResult<Vec<Option<(ArrowOut, ArrowOut)>>> {
+    let mut owned: Vec<Vec<(OwnedImage, Option<ScalarBuffer<u64>>)>> = Vec::new();
+    for parts in buckets.iter() {
+        let mut bucket = Vec::new();
+        for part in parts.cast::<PyList>()?.iter() {
+            let (image, deleted): (Bound<'_, PyAny>, Bound<'_, PyAny>) = part.extract()?;
+            let deleted = match import_optional(Some(&deleted))? {
+                Some(d) => Some(as_u64s(&d, "Deleted positions")?),
+                None => None,
+            };
+            bucket.push((image_of(&image)?, deleted));
+        }
+        owned.push(bucket);
     }
-    if owned.is_empty() {
-        return Ok(None);
-    }
-    if owned.iter().any(|(i, _)| i.data_type != owned[0].0.data_type) {
-        return Ok(None);
-    }
-    let built = run(py, "index_build", || {
-        let parts: Vec<(Image<'_>, Option<&[u64]>)> = owned
-            .iter()
-            .map(|(image, deleted)| Ok((image.image()?, deleted.as_deref())))
-            .collect::<Result<_, KernelError>>()?;
-        index::build(&parts)
+    let built = run(py, "index_build_many", || {
+        use rayon::prelude::*;
+        owned
+            .par_iter()
+            .map(|bucket| {
+                if bucket.is_empty() || bucket.iter().any(|(i, _)| i.data_type != bucket[0].0.data_type) {
+                    return Ok(None);
+                }
+                let parts: Vec<(Image<'_>, Option<&[u64]>)> = bucket
+                    .iter()
+                    .map(|(image, deleted)| Ok((image.image()?, deleted.as_deref())))
+                    .collect::<Result<_, KernelError>>()?;
+                index::build(&parts)
+            })
+            .collect::<Result<Vec<_>, KernelError>>()
     })?;
-    match built {
-        None => Ok(None),
-        Some((data, locators)) => Ok(Some((owned[0].0.with(data)?, int64s(locators)))),
-    }
+    owned
+        .iter()
+        .zip(built)
+        .map(|(bucket, b)| b.map(|(data, locators)| Ok((bucket[0].0.with(data)?, int64s(locators)))).transpose())
+        .collect()
 }
 
 // -- deletion vectors -----------------------------------------------------------------------
@@ -616,7 +625,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(index_search_many, m)?)?;
     m.add_function(wrap_pyfunction!(index_advance_many, m)?)?;
     m.add_function(wrap_pyfunction!(index_merge, m)?)?;
-    m.add_function(wrap_pyfunction!(index_build, m)?)?;
+    m.add_function(wrap_pyfunction!(index_build_many, m)?)?;
     m.add_function(wrap_pyfunction!(vector_encode, m)?)?;
     m.add_function(wrap_pyfunction!(vector_extend_many, m)?)?;
     m.add_function(wrap_pyfunction!(vector_decode, m)?)?;

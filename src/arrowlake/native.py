@@ -306,15 +306,23 @@ def index_build(parts: Sequence[tuple[np.ndarray, np.ndarray | None]]
     """``key_index.build``'s level: files' sorted images (each with its deleted positions or
     None) as one sorted image with locators; None when the images differ in dtype or a key
     is live twice."""
-    if not parts or any(image.dtype != parts[0][0].dtype for image, _ in parts):
-        return None
-    given = [(image_array(image),
-              None if deleted is None else _ints(deleted, np.uint64)) for image, deleted in parts]
-    built = _call("index_build", _lib().index_build, given)
-    if built is None:
-        return None
-    image, locators = built
-    return image_numpy(image, parts[0][0].dtype), _numpy(locators)
+    return index_build_many([parts])[0]
+
+
+def index_build_many(buckets: Sequence[Sequence[tuple[np.ndarray, np.ndarray | None]]]
+                     ) -> list[tuple[np.ndarray, np.ndarray] | None]:
+    """:func:`index_build` of many buckets in one call, the buckets built in parallel."""
+    fits = [bool(parts) and all(image.dtype == parts[0][0].dtype for image, _ in parts)
+            for parts in buckets]
+    given = [[(image_array(image), None if deleted is None else _ints(deleted, np.uint64))
+              for image, deleted in parts] for parts, ok in zip(buckets, fits, strict=True) if ok]
+    built = iter(_call("index_build_many", _lib().index_build_many, given))
+    out: list[tuple[np.ndarray, np.ndarray] | None] = []
+    for parts, ok in zip(buckets, fits, strict=True):
+        one = next(built) if ok else None
+        out.append(None if one is None else (image_numpy(one[0], parts[0][0].dtype),
+                                             _numpy(one[1])))
+    return out
 
 
 # -- deletion vectors -------------------------------------------------------------------------
@@ -383,6 +391,7 @@ __all__ = [
     "image_numpy",
     "index_advance_many",
     "index_build",
+    "index_build_many",
     "index_find",
     "index_merge",
     "index_search",

@@ -231,17 +231,27 @@ def _unique(image: np.ndarray) -> bool:
     return len(image) < 2 or bool(np.all(image[1:] > image[:-1]))
 
 
-def build(parts: Sequence[tuple[str, np.ndarray, np.ndarray | None]], state: State
-          ) -> KeyIndex | None:
+Parts = Sequence[tuple[str, np.ndarray, np.ndarray | None]]
+
+
+def build_many(buckets: Sequence[tuple[Parts, State]]) -> list[KeyIndex | None]:
+    """:func:`build` of many buckets: ``(parts, state)`` each. On the native path one call
+    builds every bucket in parallel without the GIL."""
+    if not native.enabled():
+        return [build(parts, state) for parts, state in buckets]
+    built = native.index_build_many([[(image, deleted) for _, image, deleted in parts]
+                                     for parts, _ in buckets])
+    return [None if one is None else _base_only(*one, tuple(p for p, _, _ in parts), state)
+            for (parts, state), one in zip(buckets, built, strict=True)]
+
+
+def build(parts: Parts, state: State) -> KeyIndex | None:
     """The index of files ``parts``: (path, its sorted key image, its deleted positions or
     None); None when the images do not share one type or a key is live twice."""
     if not parts:
         return None
     if native.enabled():
-        built = native.index_build([(image, deleted) for _, image, deleted in parts])
-        if built is None:
-            return None
-        return _base_only(*built, tuple(p for p, _, _ in parts), state)
+        return build_many([(parts, state)])[0]
     dtype = parts[0][1].dtype
     images, locators = [], []
     for i, (_, image, deleted) in enumerate(parts):

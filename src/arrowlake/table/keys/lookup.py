@@ -94,14 +94,18 @@ def locate_many(storage: Storage, file_schemas: dict[int, pa.Schema], schema: pa
     call (:func:`~arrowlake.table.keys.index.search_many`: in parallel, without the GIL, on
     the native path); the others file by file."""
     out: list[Matches | None] = [None] * len(lookups)
+    images = [sortable_key(one.keys, key) for one in lookups]
+    wanted = [i for i, (one, image) in enumerate(zip(lookups, images, strict=True))
+              if one.group is not None and image is not None and one.files]
+    indexes = dict(zip(wanted, _indexes(storage, [(lookups[i].files, lookups[i].group)
+                                                  for i in wanted],
+                                        file_schemas, schema, key), strict=True))
     indexed: list[tuple[int, KeyIndex, np.ndarray]] = []
-    for i, one in enumerate(lookups):
-        keys_image = sortable_key(one.keys, key)
-        if one.group is not None and keys_image is not None and one.files:
-            index = _index(storage, one.files, file_schemas, schema, key, one.group)
-            if index is not None and index.dtype == keys_image.dtype:
-                indexed.append((i, index, keys_image))
-                continue
+    for i, (one, keys_image) in enumerate(zip(lookups, images, strict=True)):
+        index = indexes.get(i)
+        if index is not None and keys_image is not None and index.dtype == keys_image.dtype:
+            indexed.append((i, index, keys_image))
+            continue
         out[i] = _locate_in_files(storage, one.files, file_schemas, schema, key, one.keys,
                                   keys_image, one.columns)
     found = key_index.search_many([(index, image) for _, index, image in indexed])
@@ -160,27 +164,38 @@ def state_of(files: Sequence[FileTask]) -> key_index.State:
                      for t in files)
 
 
-def _index(storage: Storage, files: Sequence[FileTask], file_schemas: dict[int, pa.Schema],
-           schema: pa.Schema, key: Sequence[str], group: Hashable) -> KeyIndex | None:
-    """Bucket ``group``'s key index in the state ``files`` give: cached, or built from the
-    files' key columns; None for keys without a sortable image."""
-    name = index_group(group, schema, key)
-    state = state_of(files)
-    index = key_index.cached(name, state)
-    if index is not None:
-        return index
-    parts = []
-    for task in files:
-        stored = _stored_keys(storage, task, file_schemas[task.schema_id], schema, key)
-        if stored.sorted_image is None:
-            return None
-        deleted = None
-        if task.deletes is not None and task.deletes.cardinality:
-            deleted = task.deletes.positions(storage, task.path)
-        parts.append((task.path, stored.sorted_image, deleted))
-    index = key_index.build(parts, state)
-    key_index.keep(name, index)
-    return index
+def _indexes(storage: Storage, buckets: Sequence[tuple[Sequence[FileTask], Hashable]],
+             file_schemas: dict[int, pa.Schema], schema: pa.Schema, key: Sequence[str]
+             ) -> list[KeyIndex | None]:
+    """Each bucket's key index (``(files, group)``: the bucket's live files and its name) in
+    the state its files give: cached, or built from the files' key columns, every missing
+    one in one call (:func:`~arrowlake.table.keys.index.build_many`); None for keys without
+    a sortable image."""
+    out: list[KeyIndex | None] = [None] * len(buckets)
+    missing: list[tuple[int, Hashable, key_index.Parts, key_index.State]] = []
+    for i, (files, group) in enumerate(buckets):
+        name = index_group(group, schema, key)
+        state = state_of(files)
+        index = key_index.cached(name, state)
+        if index is not None:
+            out[i] = index
+            continue
+        parts = []
+        for task in files:
+            stored = _stored_keys(storage, task, file_schemas[task.schema_id], schema, key)
+            if stored.sorted_image is None:
+                break
+            deleted = None
+            if task.deletes is not None and task.deletes.cardinality:
+                deleted = task.deletes.positions(storage, task.path)
+            parts.append((task.path, stored.sorted_image, deleted))
+        else:
+            missing.append((i, name, parts, state))
+    built = key_index.build_many([(parts, state) for _, _, parts, state in missing])
+    for (i, name, _, _), index in zip(missing, built, strict=True):
+        key_index.keep(name, index)
+        out[i] = index
+    return out
 
 
 def _locate_indexed(storage: Storage, index: KeyIndex, files: Sequence[FileTask],
