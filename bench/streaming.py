@@ -11,8 +11,9 @@ PostgreSQL, in one run.
    polling, <= 25 ms with notifications.
 2. Reading one upsert of ``--upsert-rows`` rows (default 200,000, half of them existing keys)
    as a change: planning plus ``change.to_arrow()``, on a table with deletion vectors (the
-   default), so the change also holds the replaced rows' before-images. Target <= 0.1 s (pypaimon 2.1: 2.15 s, 0.14 s with its Rust
-   extension, as given in the issue; pypaimon cannot share this environment's pyarrow).
+   default), so the change also holds the replaced rows' before-images. Target <= 0.1 s
+   (pypaimon 2.1: 2.15 s, 0.14 s with its Rust extension, as given in the issue; pypaimon
+   cannot share this environment's pyarrow).
 3. Catching up over ``--snapshots`` small snapshots (default 1,000 upserts of 10 rows):
    snapshot by snapshot (``catch_up_threshold=None``) and as one catch-up change. Targets
    <= 3 s and <= 0.5 s.
