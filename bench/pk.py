@@ -373,9 +373,10 @@ def print_long(rows: int, upserts: int, r: LongRun, properties: dict[str, str]) 
     settings = ", ".join(f"{k}={v}" for k, v in properties.items()) or "default settings"
     print(f"long run: {rows:,} rows, then {upserts} upserts of {rows // 10:,} with {settings}; "
           f"{r.compactions} of them compacted (seconds)")
-    # The deletion-vector issue's targets are tighter than the merge-on-read issue's.
+    # Deletion-vector tables: the native core issue's targets (its total, 2.0x, replaced the
+    # deletion-vector issue's 1.3x); merge-on-read tables: the merge-on-read issue's.
     vectors = properties.get("deletion-vectors.enabled") == "true"
-    total_x, worst_x, read_x = (1.3, 3, 1.2) if vectors else (1.5, 4, 1.5)
+    total_x, worst_x, read_x = (2.0, 3, 1.2) if vectors else (1.5, 4, 1.5)
     table = [
         Row("upsert (median)", each, "pq.write_table zstd (median)",
             statistics.median(r.raw_upserts)),
