@@ -8,11 +8,13 @@ import json
 import random
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import replace
-from typing import TypeVar
+from types import MappingProxyType
+from typing import Any, TypeVar
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
@@ -33,19 +35,33 @@ from arrowlake.metastore.records import (
     SnapshotChange,
     StaleVectors,
     TableConflict,
+    VectorRecord,
     check_commit_id,
     deletion_vectors_on,
     now_ms,
     partition_alias,
     rows_to_table,
     same_nulls,
+    vector_bytes,
 )
+from arrowlake.metastore.snapshot_cache import SnapshotCache
 
 _T = TypeVar("_T")
+#: A snapshot cache entry to keep once a commit lands: key, value, rows, bytes.
+_Seed = tuple[Hashable, Any, int, int]
+
+
+def live_file_columns() -> list[Any]:
+    """``al_files``' columns of :data:`FILE_SCHEMA` as a snapshot reads them: none of its live
+    files is removed as of it."""
+    c = t.files.c
+    return [sa.null().label(n) if n == "removed_snapshot" else c[n] for n in FILE_COLUMNS]
 
 
 class Commits(Database):
     """The commit path of :class:`~arrowlake.metastore.store.Metastore`."""
+
+    snapshot_cache: SnapshotCache
 
     def files_added_between(self, conn: Connection | None, table_id: int, after: int | None,
                             upto: int) -> pa.Table:
@@ -85,8 +101,9 @@ class Commits(Database):
         """
         check_commit_id(change.commit_id)
         current_write = CURRENT_WRITE.get()
-        result = self._committing(table_id, lambda conn, token, retrying: self._commit_once(
-            conn, table_id, base_snapshot_id, change, token, retrying, current_write))
+        result = self._committing(table_id, lambda conn, token, retrying, seeds:
+                                  self._commit_once(conn, table_id, base_snapshot_id, change,
+                                                    token, retrying, current_write, seeds))
         assert result is not None
         return result
 
@@ -101,7 +118,8 @@ class Commits(Database):
         state, since nothing else commits) and may be called again when the database asks for
         a retry. None when it finds nothing to commit."""
 
-        def once(conn: Connection, token: str, retrying: bool) -> tuple[int, bool] | None:
+        def once(conn: Connection, token: str, retrying: bool, seeds: list[_Seed]
+                 ) -> tuple[int, bool] | None:
             row = conn.execute(sa.select(t.tables.c.current_snapshot_id).where(
                 t.tables.c.table_id == table_id).with_for_update()).first()
             if row is None:
@@ -112,7 +130,7 @@ class Commits(Database):
                 return None
             check_commit_id(change.commit_id)
             return self._commit_once(conn, table_id, current, change, token, retrying,
-                                     current_write)
+                                     current_write, seeds)
 
         current_write = CURRENT_WRITE.get()
 
@@ -146,6 +164,7 @@ class Commits(Database):
         current_write = CURRENT_WRITE.get()
 
         def once(attempts: int) -> list[CommitResult]:
+            seeds: list[_Seed] = []
             with self._write() as conn:
                 if attempts > 1:
                     mine = self._landed(tables[0], tokens[0], conn)
@@ -161,10 +180,11 @@ class Commits(Database):
                     table_id, base, _ = entries[i]
                     try:
                         results[i] = self._commit_once(conn, table_id, base, changes[i],
-                                                       tokens[i], False, current_write)
+                                                       tokens[i], False, current_write, seeds)
                     except CommitConflict as exc:
                         raise TableConflict(table_id, exc) from exc
                 self._notify(conn, tables)
+            self._seed(seeds)
             for table_id in tables:
                 signals.publish(self.url, table_id)
             return [CommitResult(r[0], attempts) for r in results if r is not None]
@@ -186,19 +206,22 @@ class Commits(Database):
         return [None if found.get(tid) is None else int(found[tid]) for tid in tables]
 
     def _committing(self, table_id: int,
-                    once: Callable[[Connection, str, bool], tuple[int, bool] | None]
+                    once: Callable[[Connection, str, bool, list[_Seed]],
+                                   tuple[int, bool] | None]
                     ) -> CommitResult | None:
         """Run ``once`` (one commit attempt in a write transaction) until it lands or fails for
         good: lost races and transient database errors are retried with backoff."""
         token = uuid.uuid4().hex
 
         def attempt(attempts: int) -> CommitResult | None:
+            seeds: list[_Seed] = []
             with self._write() as conn:
-                result = once(conn, token, attempts > 1)
+                result = once(conn, token, attempts > 1, seeds)
                 if result is None:
                     return None
                 if not result[1]:
                     self._notify(conn, [table_id])
+            self._seed(seeds)
             if not result[1]:
                 signals.publish(self.url, table_id)
             return CommitResult(result[0], attempts, result[1])
@@ -255,7 +278,11 @@ class Commits(Database):
 
     def _commit_once(self, conn: Connection, table_id: int, base: int | None,
                      change: SnapshotChange, token: str | None = None,
-                     retrying: bool = False, write_id: str | None = None) -> tuple[int, bool]:
+                     retrying: bool = False, write_id: str | None = None,
+                     seeds: list[_Seed] | None = None) -> tuple[int, bool]:
+        """One attempt at committing ``change`` in transaction ``conn``: ``(snapshot id,
+        whether it is a duplicate)``. ``seeds`` receives what the snapshot cache can hold of
+        the new snapshot once the transaction commits (see :meth:`_seed`)."""
         tbl = t.tables.c
         # The row lock also waits out an earlier attempt of this commit that the database may
         # still be finishing, so the token lookup below sees whether it landed.
@@ -386,7 +413,51 @@ class Commits(Database):
                  next_row_id=first_row_id + added_rows))
         if res.rowcount != 1:
             raise _LostRace(f"another writer committed snapshot {new_id} first")
+        if seeds is not None:
+            seeds.extend(self._derived_entries(conn, table_id, current, new_id, change))
         return new_id, False
+
+    def _derived_entries(self, conn: Connection, table_id: int, parent: int | None,
+                         new_id: int, change: SnapshotChange) -> list[_Seed]:
+        """The snapshot cache's entries of ``new_id`` (its live data files and vectors), derived
+        from those of its ``parent`` (when the cache holds them) and what ``change`` recorded,
+        so that the next write's plan costs no query for them. Only the new file rows are read,
+        inside the commit's transaction (their ids come from the database)."""
+        cache = self.snapshot_cache
+        files: pa.Table | None = FILE_SCHEMA.empty_table() if parent is None else \
+            cache.get(("files", table_id, parent, "data"))
+        vectors: Mapping[int, VectorRecord] | None = {} if parent is None else \
+            cache.get(("vectors", table_id, parent))
+        out: list[_Seed] = []
+        removed = list(change.remove)
+        if files is not None:
+            if removed:
+                files = files.filter(pc.invert(pc.is_in(
+                    files.column("file_id"), value_set=pa.array(removed, pa.int64()))))
+            if any(f.content == "data" for f in change.add):
+                c = t.files.c
+                rows = conn.execute(sa.select(*live_file_columns()).where(
+                    (c.table_id == table_id) & (c.added_snapshot == new_id)
+                    & (c.content == "data"))).all()
+                files = pa.concat_tables([files, rows_to_table(rows, FILE_SCHEMA)])
+                files = files.take(pc.sort_indices(files.column("file_id")))
+            out.append((("files", table_id, new_id, "data"), files, files.num_rows,
+                        files.nbytes))
+        if vectors is not None:
+            records = dict(vectors)
+            for file_id in removed:
+                records.pop(file_id, None)
+            for x in change.vectors:
+                records[x.file_id] = VectorRecord(x.file_id, new_id, x.cardinality, x.blob,
+                                                  x.puffin_path, x.blob_offset, x.blob_length)
+            out.append((("vectors", table_id, new_id), MappingProxyType(records),
+                        len(records), vector_bytes(records.values())))
+        return out
+
+    def _seed(self, seeds: Sequence[_Seed]) -> None:
+        """Keep the entries :meth:`_derived_entries` gave, once their commit landed."""
+        for key, value, rows, nbytes in seeds:
+            self.snapshot_cache.put(key, value, rows, nbytes)
 
     @staticmethod
     def _current_vectors(conn: Connection, table_id: int, file_ids: Sequence[int]

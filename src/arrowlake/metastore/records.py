@@ -7,7 +7,7 @@ import hashlib
 import json
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -225,6 +225,11 @@ class VectorRecord:
     puffin_path: str | None
     blob_offset: int | None
     blob_length: int | None
+
+
+def vector_bytes(records: Iterable[VectorRecord]) -> int:
+    """What deletion vector records weigh in memory, roughly (for the snapshot cache)."""
+    return sum(64 + len(v.blob or b"") + len(v.puffin_path or "") for v in records)
 
 
 @dataclass(frozen=True)

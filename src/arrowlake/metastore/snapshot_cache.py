@@ -34,7 +34,13 @@ nothing changes that set. Every writer of ``al_files`` and ``al_vectors``:
 
 An entry is filled only by a query that also finds the snapshot's own row (one statement, so
 on PostgreSQL too it sees one state): a snapshot id not committed yet, or expired, is answered
-from the database every time and never kept.
+from the database every time and never kept. Or by the commit that creates the snapshot
+(``Commits._derived_entries``): its parent's entries, less the files it removed (and their
+vectors), plus its vectors and its new file rows (read back inside its transaction, for their
+ids), kept once that transaction has committed. The parent is the snapshot the commit found
+current under the table's row lock, so nothing else came between them; a parent this cache
+does not hold derives nothing. A write's next plan then costs no query for the snapshot it
+just made.
 
 The cache lives on one :class:`~arrowlake.metastore.store.Metastore` (one database), never in
 a module global: a lake deleted and created again at the same path has the same ids for other

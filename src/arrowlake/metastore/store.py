@@ -33,7 +33,7 @@ from arrowlake.errors import (
     TagNotFound,
 )
 from arrowlake.metastore import tables as t
-from arrowlake.metastore.commits import Commits
+from arrowlake.metastore.commits import Commits, live_file_columns
 from arrowlake.metastore.database import Database, sqlite_read_only_uri
 from arrowlake.metastore.iceberg import IcebergRecords
 from arrowlake.metastore.inflight import InflightWrites
@@ -52,6 +52,7 @@ from arrowlake.metastore.records import (
     check_snapshot_id,
     now_ms,
     rows_to_table,
+    vector_bytes,
 )
 from arrowlake.metastore.snapshot_cache import SnapshotCache
 from arrowlake.metastore.streams import Streams
@@ -471,11 +472,6 @@ class Metastore(Commits, Streams, MaintenanceRecords, InflightWrites, IcebergRec
         return files if mask is None else files.filter(mask)
 
     @staticmethod
-    def _live_file_columns() -> list[Any]:
-        c = t.files.c
-        return [sa.null().label(n) if n == "removed_snapshot" else c[n] for n in FILE_COLUMNS]
-
-    @staticmethod
     def _live_file_rows(table_id: int, snapshot_id: int, content: str) -> Any:
         c = t.files.c
         return ((c.table_id == table_id) & (c.added_snapshot <= snapshot_id)
@@ -486,7 +482,7 @@ class Metastore(Commits, Streams, MaintenanceRecords, InflightWrites, IcebergRec
                           partition_ids: Sequence[int] | None, buckets: Sequence[int] | None,
                           content: str) -> pa.Table:
         c = t.files.c
-        query = sa.select(*self._live_file_columns()).where(
+        query = sa.select(*live_file_columns()).where(
             self._live_file_rows(table_id, snapshot_id, content))
         if partition_ids is not None:
             query = query.where(c.partition_id.in_(list(partition_ids)))
@@ -502,7 +498,7 @@ class Metastore(Commits, Streams, MaintenanceRecords, InflightWrites, IcebergRec
         row (not committed, or expired): the rows found then may change, so none are kept.
         One statement finds the snapshot and its files, so both are of one state."""
         s, c = t.snapshots.c, t.files.c
-        query = (sa.select(s.snapshot_id, *self._live_file_columns())
+        query = (sa.select(s.snapshot_id, *live_file_columns())
                  .select_from(t.snapshots.outerjoin(
                      t.files, self._live_file_rows(table_id, snapshot_id, content)))
                  .where((s.table_id == table_id) & (s.snapshot_id == snapshot_id))
@@ -626,11 +622,9 @@ class Metastore(Commits, Streams, MaintenanceRecords, InflightWrites, IcebergRec
             return None
         records = {} if rows[0][1] is None else {
             int(r[1]): self._vector_record(r[1:]) for r in rows}
-        nbytes = sum(64 + len(v.blob or b"") + len(v.puffin_path or "")
-                     for v in records.values())
         found = MappingProxyType(records)
         self.snapshot_cache.put(("vectors", table_id, snapshot_id), found, len(records),
-                                nbytes)
+                                vector_bytes(records.values()))
         return found
 
     # -- maintenance ---------------------------------------------------------------------------

@@ -449,9 +449,13 @@ def _delete_found(plan: _Plan, found: Matches, candidates: Sequence[FileTask],
         file_ids, positions = file_ids[which], positions[which]
     if found.slots is not None:
         found.deleted_slots.append(found.slots if which is None else found.slots[which])
+    if not len(file_ids):
+        return
     by_id = {t.file_id: t for t in candidates}
-    for fid in np.unique(file_ids).tolist():
-        plan.delete(by_id[fid], positions[file_ids == fid])
+    # Matches come grouped by file (see locate): one slice per run of the same file.
+    cuts = (np.flatnonzero(file_ids[1:] != file_ids[:-1]) + 1).tolist()
+    for start, end in zip([0, *cuts], [*cuts, len(file_ids)], strict=True):
+        plan.delete(by_id[int(file_ids[start])], positions[start:end])
 
 
 #: The ``_seq`` of a write's own versions: newer than every committed one.
