@@ -218,10 +218,13 @@ pub fn search(base: &Image, dead: &[u8], recent: &Image, keys: &Image) -> Result
 
 /// Two sorted levels as one, with their locators; `None` if they share a key.
 ///
-/// The shorter level is usually `b` (a write's keys going into the bucket's level): each of
-/// its keys gallops from the last one's place in `a`, and the entries of `a` between two of
-/// them are copied in one piece. Each kind and width of image gets its own loop, as in
-/// [`find`].
+/// Levels of 8-byte integers whose lengths are within [`WALK_RATIO`] of each other (the
+/// recent level and a write's keys, or a base and the recent level it takes in) are merged
+/// in one walk over both, an entry at a time. Otherwise the shorter level's keys each gallop
+/// from the last one's place in the longer, and the entries between two of them are copied
+/// in one piece: that wins when they are far apart, and loses to the walk when they are a few
+/// entries apart (a copy call per few entries). Each kind and width of image gets its own
+/// loop, as in [`find`].
 pub fn merge(a: &Image, a_locators: &[i64], b: &Image, b_locators: &[i64]) -> Result<Option<(Vec<u8>, Vec<i64>)>> {
     a.same_shape(b)?;
     if a_locators.len() != a.len() || b_locators.len() != b.len() {
@@ -229,6 +232,12 @@ pub fn merge(a: &Image, a_locators: &[i64], b: &Image, b_locators: &[i64]) -> Re
     }
     let (ad, bd) = (a.data, b.data);
     let (n, m) = (a.len(), b.len());
+    if a.width == 8 && a.kind != Kind::Bytes && n.max(m) <= WALK_RATIO * n.min(m).max(1) {
+        return Ok(match a.kind {
+            Kind::Signed => merge_walk(ad, a_locators, bd, b_locators, i64_at),
+            _ => merge_walk(ad, a_locators, bd, b_locators, u64_at),
+        });
+    }
     let cuts = match (a.kind, a.width) {
         (Kind::Signed, 8) => merge_cuts(n, |i| i64_at(ad, i), m, |j| i64_at(bd, j)),
         (Kind::Unsigned, 8) => merge_cuts(n, |i| u64_at(ad, i), m, |j| u64_at(bd, j)),
@@ -252,6 +261,102 @@ pub fn merge(a: &Image, a_locators: &[i64], b: &Image, b_locators: &[i64]) -> Re
     data.extend_from_slice(&ad[done * w..]);
     locators.extend_from_slice(&a_locators[done..]);
     Ok(Some((data, locators)))
+}
+
+/// Levels further apart in length than this are merged by galloping (see [`merge`]).
+const WALK_RATIO: usize = 32;
+
+/// [`merge`] of two levels of 8-byte integers (`key` reads one, ordered as the entries), one
+/// entry at a time. Which level the next entry comes from is as likely one as the other when
+/// the keys interleave, so the step picks it by arithmetic rather than by a branch the CPU
+/// would mispredict half the time; only a shared key (which ends the merge) branches.
+fn merge_walk<K: Ord>(
+    a: &[u8],
+    a_locators: &[i64],
+    b: &[u8],
+    b_locators: &[i64],
+    key: impl Fn(&[u8], usize) -> K,
+) -> Option<(Vec<u8>, Vec<i64>)> {
+    let (n, m) = (a_locators.len(), b_locators.len());
+    let mut data = vec![0u8; a.len() + b.len()];
+    let mut locators = vec![0i64; n + m];
+    let (mut i, mut j, mut k) = (0, 0, 0);
+    while i < n && j < m {
+        let (x, y) = (key(a, i), key(b, j));
+        if x == y {
+            return None;
+        }
+        let from_a = x < y;
+        let (va, vb) = (u64_at(a, i), u64_at(b, j));
+        let value = if from_a { va } else { vb };
+        locators[k] = if from_a { a_locators[i] } else { b_locators[j] };
+        data[k * 8..k * 8 + 8].copy_from_slice(&value.to_le_bytes());
+        k += 1;
+        i += from_a as usize;
+        j += !from_a as usize;
+    }
+    for (level, level_locators, at) in [(a, a_locators, i), (b, b_locators, j)] {
+        let rest = level_locators.len() - at;
+        data[k * 8..(k + rest) * 8].copy_from_slice(&level[at * 8..]);
+        locators[k..k + rest].copy_from_slice(&level_locators[at..]);
+        k += rest;
+    }
+    Some((data, locators))
+}
+
+/// Whether an entry of `level` (sorted) that `dead` does not mark holds one of `keys`
+/// (sorted). Lengths within [`WALK_RATIO`] are walked together (the branch that advances the
+/// longer one is mostly taken, so it is predicted); others are searched by [`find`].
+fn live_in(level: &Image, dead: &[u8], keys: &Image) -> Result<bool> {
+    let (n, m) = (level.len(), keys.len());
+    if level.width == 8 && level.kind != Kind::Bytes && n.max(m) <= WALK_RATIO * n.min(m).max(1) {
+        return Ok(match level.kind {
+            Kind::Signed => live_walk(level.data, dead, keys.data, i64_at),
+            _ => live_walk(level.data, dead, keys.data, u64_at),
+        });
+    }
+    let (found, at) = find(level, keys)?;
+    Ok(found.iter().zip(&at).any(|(f, a)| *f && dead[*a as usize] == 0))
+}
+
+fn live_walk<K: Ord>(level: &[u8], dead: &[u8], keys: &[u8], key: impl Fn(&[u8], usize) -> K) -> bool {
+    let (n, m) = (dead.len(), keys.len() / 8);
+    let (mut i, mut j) = (0, 0);
+    while i < n && j < m {
+        match key(level, i).cmp(&key(keys, j)) {
+            Ordering::Less => i += 1,
+            Ordering::Greater => j += 1,
+            Ordering::Equal => {
+                if dead[i] == 0 {
+                    return true;
+                }
+                i += 1;
+                j += 1;
+            }
+        }
+    }
+    false
+}
+
+/// Entry `i` of 8-byte images `from`, appended to `data`.
+#[inline(always)]
+fn push_entry8(data: &mut Vec<u8>, from: &[u8], i: usize) {
+    let entry: [u8; 8] = from[i * 8..i * 8 + 8].try_into().unwrap();
+    data.extend_from_slice(&entry);
+}
+
+/// Entry `i` of images `from` of `width` bytes, appended to `data` (a fixed-size copy for
+/// the integer widths).
+#[inline(always)]
+fn push_entry(data: &mut Vec<u8>, from: &[u8], i: usize, width: usize) {
+    match width {
+        8 => push_entry8(data, from, i),
+        4 => {
+            let entry: [u8; 4] = from[i * 4..i * 4 + 4].try_into().unwrap();
+            data.extend_from_slice(&entry);
+        }
+        _ => data.extend_from_slice(&from[i * width..(i + 1) * width]),
+    }
 }
 
 /// For each entry of `b` (sorted), how many entries of `a` (sorted) go before it; `None` when
@@ -313,12 +418,9 @@ pub fn advance(
         }
     }
     let width = recent.width;
-    let mut data = Vec::with_capacity(recent.data.len());
-    let mut locators = Vec::with_capacity(recent.len());
-    for (i, _) in keep.iter().enumerate().filter(|(_, k)| **k) {
-        data.extend_from_slice(recent.bytes(i));
-        locators.push(recent_locators[i]);
-    }
+    let mut data = Vec::new();
+    let mut locators = Vec::new();
+    let mut kept = false; // whether `data` holds the kept recent entries yet
     for (k, image) in added.iter().enumerate() {
         if image.kind != base.kind || image.width != base.width {
             return Ok(None);
@@ -326,31 +428,114 @@ pub fn advance(
         if image.len() as u64 >= 1 << POSITION_BITS {
             return Err(KernelError::unsupported("A file of 2**40 rows or more"));
         }
-        let (found, at) = find(base, image)?;
-        if found.iter().zip(&at).any(|(f, a)| *f && dead[*a as usize] == 0) {
+        if live_in(base, &dead, image)? {
             return Ok(None); // a written key still live in the base
         }
         let file = (first_file + k as i64) << POSITION_BITS;
         let rows: Vec<i64> = (0..image.len() as i64).map(|r| file | r).collect();
-        let current = Image::new(recent.kind, width, &data)?;
-        match merge(&current, &locators, image, &rows)? {
+        let merged = if kept {
+            merge(&Image::new(recent.kind, width, &data)?, &locators, image, &rows)?
+        } else {
+            kept = true;
+            kept_merged(recent, recent_locators, |i| keep[i], image, &rows)?
+        };
+        match merged {
             None => return Ok(None),
             Some((d, l)) => (data, locators) = (d, l),
         }
     }
+    if !kept {
+        (data, locators) = kept_entries(recent, recent_locators, |i| keep[i]);
+    }
     if locators.len() * recent_share <= n.max(4096) {
         return Ok(Some(Advanced::Levels { dead, recent: data, recent_locators: locators }));
     }
-    let mut live = Vec::with_capacity(base.data.len());
-    let mut live_locators = Vec::with_capacity(n);
-    for (i, _) in dead.iter().enumerate().filter(|(_, d)| **d == 0) {
-        live.extend_from_slice(base.bytes(i));
-        live_locators.push(base_locators[i]);
-    }
-    let live = Image::new(base.kind, width, &live)?;
     let recent = Image::new(base.kind, width, &data)?;
-    Ok(merge(&live, &live_locators, &recent, &locators)?
+    Ok(kept_merged(base, base_locators, |i| dead[i] == 0, &recent, &locators)?
         .map(|(base, base_locators)| Advanced::Base { base, base_locators }))
+}
+
+/// The entries of `level` that `keep` selects, with their locators.
+fn kept_entries(level: &Image, locators: &[i64], keep: impl Fn(usize) -> bool) -> (Vec<u8>, Vec<i64>) {
+    let mut data = Vec::with_capacity(level.data.len());
+    let mut out = Vec::with_capacity(locators.len());
+    for i in (0..locators.len()).filter(|i| keep(*i)) {
+        push_entry(&mut data, level.data, i, level.width);
+        out.push(locators[i]);
+    }
+    (data, out)
+}
+
+/// The entries of `level` that `keep` selects merged with `extra` (sorted, with its
+/// locators), as [`merge`] gives them; `None` if they share a key. For 8-byte integers, in
+/// one buffer without an intermediate level: the kept entries are packed at its end (each
+/// entry written, the write position advanced only past kept ones, so no branch), then
+/// `extra` is merged in from the front ([`merge_walk_in_place`]).
+fn kept_merged(
+    level: &Image,
+    locators: &[i64],
+    keep: impl Fn(usize) -> bool,
+    extra: &Image,
+    extra_locators: &[i64],
+) -> Result<Option<(Vec<u8>, Vec<i64>)>> {
+    level.same_shape(extra)?;
+    if extra_locators.len() != extra.len() || locators.len() != level.len() {
+        return Err(KernelError::invalid("Each key image needs one locator"));
+    }
+    let (n, m) = (level.len(), extra.len());
+    if level.width != 8 || level.kind == Kind::Bytes || n.max(m) > WALK_RATIO * n.min(m).max(1) {
+        let (data, kept) = kept_entries(level, locators, keep);
+        return merge(&Image::new(level.kind, level.width, &data)?, &kept, extra, extra_locators);
+    }
+    // One spare slot: a dropped last entry is written there before the position stays.
+    let mut data = vec![0u8; (m + n + 1) * 8];
+    let mut out = vec![0i64; m + n + 1];
+    let mut at = m;
+    for (i, &locator) in locators.iter().enumerate() {
+        data[at * 8..at * 8 + 8].copy_from_slice(&level.data[i * 8..i * 8 + 8]);
+        out[at] = locator;
+        at += keep(i) as usize;
+    }
+    data.truncate(at * 8);
+    out.truncate(at);
+    let merged = match level.kind {
+        Kind::Signed => merge_walk_in_place(&mut data, &mut out, extra.data, extra_locators, i64_at),
+        _ => merge_walk_in_place(&mut data, &mut out, extra.data, extra_locators, u64_at),
+    };
+    Ok(merged.then_some((data, out)))
+}
+
+/// [`merge_walk`] where level `a` already sits in `data` and `locators` after room for `b`
+/// (its first `b_locators.len()` entries): the merged entries fill them from the front. The
+/// write position never passes the next unread entry of `a` while `b` has entries left
+/// (it trails it by the entries of `b` still to come), and once `b` is done the rest of `a`
+/// is already in place. False if they share a key (`data` is then garbage).
+fn merge_walk_in_place<K: Ord>(
+    data: &mut [u8],
+    locators: &mut [i64],
+    b: &[u8],
+    b_locators: &[i64],
+    key: impl Fn(&[u8], usize) -> K,
+) -> bool {
+    let (m, total) = (b_locators.len(), locators.len());
+    let (mut i, mut j, mut k) = (m, 0, 0);
+    while i < total && j < m {
+        let (x, y) = (key(data, i), key(b, j));
+        if x == y {
+            return false;
+        }
+        let from_a = x < y;
+        let (va, vb) = (u64_at(data, i), u64_at(b, j));
+        let value = if from_a { va } else { vb };
+        locators[k] = if from_a { locators[i] } else { b_locators[j] };
+        data[k * 8..k * 8 + 8].copy_from_slice(&value.to_le_bytes());
+        k += 1;
+        i += from_a as usize;
+        j += !from_a as usize;
+    }
+    data[k * 8..(k + m - j) * 8].copy_from_slice(&b[j * 8..]);
+    locators[k..k + m - j].copy_from_slice(&b_locators[j..]);
+    true
 }
 
 /// `key_index.build`: one level of files' sorted images minus their deleted positions, with
@@ -435,6 +620,76 @@ mod tests {
         let (found, at) = find(&level, &keys).unwrap();
         assert_eq!(found, vec![true, false, false, false]);
         assert_eq!(at, vec![1, 3, 4, 0]);
+    }
+
+    /// Distinct sorted values drawn by a small linear congruential generator, split in two
+    /// levels of `n` and `m` entries.
+    fn two_levels(seed: u64, n: usize, m: usize) -> (Vec<i64>, Vec<i64>) {
+        let mut state = seed;
+        let mut all = std::collections::BTreeSet::new();
+        while all.len() < n + m {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            all.insert((state >> 1) as i64 - (1 << 62));
+        }
+        let mut shuffled: Vec<i64> = all.into_iter().collect();
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        for (k, v) in shuffled.drain(..).enumerate() {
+            if (k * 7919 + seed as usize) % (n + m) < n && a.len() < n || b.len() >= m {
+                a.push(v);
+            } else {
+                b.push(v);
+            }
+        }
+        (a, b)
+    }
+
+    #[test]
+    fn the_walk_and_the_gallop_merge_alike() {
+        // Lengths within WALK_RATIO take the walk, the others the gallop; each result must be
+        // the sorted union with each key's locator, and a shared key must fail either way.
+        for (seed, n, m) in [(1, 1000, 900), (2, 5000, 100), (3, 40, 4000), (4, 0, 10), (5, 7, 0)] {
+            let (a, b) = two_levels(seed, n, m);
+            let a_loc: Vec<i64> = (0..a.len() as i64).collect();
+            let b_loc: Vec<i64> = (0..b.len() as i64).map(|j| 1_000_000 + j).collect();
+            let mut want: Vec<(i64, i64)> = a.iter().copied().zip(a_loc.iter().copied()).collect();
+            want.extend(b.iter().copied().zip(b_loc.iter().copied()));
+            want.sort();
+            for kind in [Kind::Signed, Kind::Unsigned] {
+                let flip = |v: &i64| if kind == Kind::Unsigned { (*v as u64 ^ (1 << 63)) as i64 } else { *v };
+                let (ad, bd) = (ints(&a.iter().map(flip).collect::<Vec<_>>()), ints(&b.iter().map(flip).collect::<Vec<_>>()));
+                let (ai, bi) = (Image::new(kind, 8, &ad).unwrap(), Image::new(kind, 8, &bd).unwrap());
+                let (data, locators) = merge(&ai, &a_loc, &bi, &b_loc).unwrap().unwrap();
+                assert_eq!(data, ints(&want.iter().map(|(v, _)| flip(v)).collect::<Vec<_>>()));
+                assert_eq!(locators, want.iter().map(|(_, l)| *l).collect::<Vec<_>>());
+                if !a.is_empty() && !b.is_empty() {
+                    let mut shared = b.clone();
+                    shared[b.len() / 2] = a[a.len() / 3];
+                    shared.sort();
+                    shared.dedup();
+                    let sd = ints(&shared.iter().map(flip).collect::<Vec<_>>());
+                    let si = Image::new(kind, 8, &sd).unwrap();
+                    assert!(merge(&ai, &a_loc, &si, &b_loc[..shared.len()]).unwrap().is_none());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_key_is_live_in_a_level_unless_marked_dead() {
+        // Walked (lengths alike) and searched (far apart) alike.
+        for (n, keys) in [(8usize, vec![3i64, 6]), (200, vec![6])] {
+            let level: Vec<i64> = (0..n as i64).collect();
+            let (ld, kd) = (ints(&level), ints(&keys));
+            let (li, ki) = (Image::new(Kind::Signed, 8, &ld).unwrap(), Image::new(Kind::Signed, 8, &kd).unwrap());
+            let mut dead = vec![0u8; n];
+            assert!(live_in(&li, &dead, &ki).unwrap());
+            for k in &keys {
+                dead[*k as usize] = 1;
+            }
+            assert!(!live_in(&li, &dead, &ki).unwrap());
+            let other = ints(&[-4, n as i64 + 1]);
+            assert!(!live_in(&li, &vec![0u8; n], &Image::new(Kind::Signed, 8, &other).unwrap()).unwrap());
+        }
     }
 
     #[test]
