@@ -667,12 +667,15 @@ def main() -> None:
           f"write.encodings={args.encodings}; "
           f"{'deletion vectors' if vectors else 'merge on read'}"
           + (f"; set {properties}" if properties else ""))
-    # The deletion-vector issue's targets are tighter for the range read and count().
+    # The deletion-vector issue's targets are tighter for the range read and count(); the
+    # native core issue's for the first write and an upsert (1.15x each) on such tables.
     range_target = 0.02 if vectors else 0.05
+    write_x = 1.15 if vectors else 1.5
     rows = [
-        Row("initial load (upsert into empty table)", load, "pq.write_table zstd", t_raw_load),
+        Row("initial load (upsert into empty table)", load, "pq.write_table zstd", t_raw_load,
+            *((f"<={write_x}x", load <= write_x * t_raw_load) if vectors else ())),
         Row(f"upsert of {len(w.upserts[0]):,} (each)", upsert_each, "pq.write_table zstd",
-            raw_upsert_each, "<=1.5x", upsert_each <= 1.5 * raw_upsert_each),
+            raw_upsert_each, f"<={write_x}x", upsert_each <= write_x * raw_upsert_each),
         Row(f"{UPSERTS} upserts (total)", upsert_total, "pq.write_table zstd",
             raw_upsert_total),
         Row("full read, before compaction", t_read, "pyarrow.dataset live rows",
