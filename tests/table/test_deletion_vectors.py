@@ -6,6 +6,7 @@ two must hold the same rows at every snapshot."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
 from datetime import timedelta
@@ -535,6 +536,65 @@ def test_a_lookup_changelog_table_streams_before_images(tmp_path):
          {"id": 3, "v": 3, "_row_kind": "+I"}],
         [{"id": 1, "v": 1, "_row_kind": "-D"}]]
     lake.close()
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(engine=st.sampled_from(list(ENGINES)), ops=st.lists(op, min_size=1, max_size=7),
+       buckets=st.integers(1, 3), partitioned=st.booleans())
+def test_the_lookup_producer_writes_the_change_streams_derive_from_vectors(
+        tmp_path_factory, engine, ops, buckets, partitioned):
+    """``lookup`` on a deletion-vector table writes each write's change (before-images
+    included) as changelog files at write time; ``none`` leaves streams to derive it from the
+    snapshot's vectors and new files. Fed the same history, every change must be the same
+    rows, in the same order per key; and each lookup write that changed rows must have
+    written them (a stream of it reads no old data file)."""
+    lake = al.connect(tmp_path_factory.mktemp("dv-lookup"))
+    options = dict(ENGINES[engine])
+    properties = options.pop("properties", {})
+    key = ["id", "p"] if partitioned else ["id"]
+    ops = [o for o in ops if o[0] not in ("delete", "delete_where") or _deletes_allowed(engine)]
+    streamed = {}
+    for producer in ("none", "lookup"):
+        table = lake.create_table(
+            f"s.{producer.replace('-', '_')}", SCHEMA, primary_key=key, buckets=buckets,
+            partition_by=["p"] if partitioned else [], deletion_vectors=True,
+            changelog_producer=producer, properties=dict(properties), **options)
+        for operation in ops:
+            _apply(table, operation)
+        out = []
+        with table.stream(start="earliest", catch_up_threshold=None, stop_at_latest=True,
+                          include_row_kind=True, columns=COLUMNS) as stream:
+            for change in stream:
+                rows = change.to_arrow().to_pylist()
+                if not rows:
+                    continue  # a write that changed nothing: no change, or an empty one
+                per_key: dict[tuple, list[str]] = {}
+                for r in rows:
+                    per_key.setdefault((r["id"], r["p"]), []).append(r["_row_kind"])
+                out.append((change.snapshot_id, change.kind,
+                            Counter(tuple(r.values()) for r in rows), per_key))
+        streamed[producer] = out
+        if producer == "lookup":
+            history = table.snapshots()
+            logged = {sid for sid, summary in zip(history.column("snapshot_id").to_pylist(),
+                                                  history.column("summary").to_pylist(),
+                                                  strict=True)
+                      if _summary(summary).get("changelog") == "lookup"}
+            ms, tid = lake.metastore, table._record.table_id
+            for sid, kind, _, _ in out:
+                if sid in logged:
+                    added, _ = ms.files_changed(tid, sid - 1, sid)
+                    assert "changelog" in added.column("content").to_pylist(), (sid, kind)
+                else:  # only writes that do not look their keys up leave it to the vectors
+                    assert kind in ("overwrite", "compact"), (sid, kind)
+    assert [(k, rows, order) for _, k, rows, order in streamed["none"]] == \
+        [(k, rows, order) for _, k, rows, order in streamed["lookup"]]
+    lake.close()
+
+
+def _summary(summary: object) -> dict:
+    return json.loads(summary) if isinstance(summary, str) else dict(summary or {})
 
 
 def test_a_write_landing_during_a_full_compaction_is_in_its_changelog(tmp_path, monkeypatch):

@@ -10,8 +10,10 @@ a new one; a key written again with all its values unchanged gives nothing.
 An overwrite of partitions removes files instead: their live rows (as of the snapshot
 before) are retracted the same way.
 
-A :class:`VectorChangeSplit` covers some partitions and buckets of one snapshot (a key's old
-and new rows are always in the same one) and is picklable, like every change split.
+The pairing is :func:`~arrowlake.table.changelogs.files.labelled_change`, which the ``lookup``
+producer of such tables writes at write time instead (the stream then reads its changelog
+files). A :class:`VectorChangeSplit` covers some partitions and buckets of one snapshot (a
+key's old and new rows are always in the same one) and is picklable, like every change split.
 """
 
 from __future__ import annotations
@@ -27,11 +29,10 @@ import pyarrow.compute as pc
 from arrowlake.expressions import AlwaysTrue, Expr, evaluate
 from arrowlake.io.deletion_vectors import VectorRef
 from arrowlake.io.storage import Storage
-from arrowlake.merge import RowKind
-from arrowlake.merge.equality import same_rows
 from arrowlake.scan.split import FileTask, Split
 from arrowlake.streaming.splits import KIND_NAMES, ROW_KIND_FIELD, no_columns
-from arrowlake.table.keys.lookup import match_keys, rows_at
+from arrowlake.table.changelogs.files import labelled_change
+from arrowlake.table.keys.lookup import rows_at
 
 
 @dataclass(frozen=True)
@@ -72,30 +73,7 @@ class VectorChangeSplit:
         before = self._retracted()
         after = self.added.to_arrow() if self.added is not None else \
             self.schema.empty_table()
-        at_after, at_before = match_keys(after, before, list(self.key))
-        replaced_before = np.zeros(before.num_rows, dtype=bool)
-        replaced_before[at_before] = True
-        replaced_after = np.zeros(after.num_rows, dtype=bool)
-        replaced_after[at_after] = True
-        # A key written again with every value as it was is no change (as the lookup
-        # producer of merge-on-read tables and the net change of catch-up have it).
-        same = same_rows(before.take(pa.array(at_before)),
-                         after.take(pa.array(at_after)).cast(before.schema))
-        at_after, at_before = at_after[~same], at_before[~same]
-        deleted = np.flatnonzero(~replaced_before)
-        inserted = np.flatnonzero(~replaced_after)
-        # -D rows, then each -U directly before its +U, then +I rows.
-        rows = pa.concat_tables([
-            before.take(pa.array(deleted)),
-            _interleave(before.take(pa.array(at_before)), after.take(pa.array(at_after))),
-            after.take(pa.array(inserted)),
-        ])
-        pairs = len(at_before)
-        kinds = np.concatenate([
-            np.full(len(deleted), int(RowKind.DELETE), np.int8),
-            np.tile(np.array([int(RowKind.UPDATE_BEFORE), int(RowKind.UPDATE_AFTER)], np.int8),
-                    pairs),
-            np.full(len(inserted), int(RowKind.INSERT), np.int8)])
+        rows, kinds = labelled_change(before, after, self.key)
         if not isinstance(self.filter, AlwaysTrue):
             keep = pc.fill_null(evaluate(self.filter, rows), False)
             rows, kinds = rows.filter(keep), kinds[keep.to_numpy(zero_copy_only=False)]
@@ -111,13 +89,3 @@ class VectorChangeSplit:
 
     def __arrow_c_stream__(self, requested_schema: Any = None) -> Any:
         return self.to_arrow().__arrow_c_stream__(requested_schema)
-
-
-def _interleave(first: pa.Table, second: pa.Table) -> pa.Table:
-    """Rows ``first[0], second[0], first[1], second[1], ...`` (equal lengths)."""
-    n = first.num_rows
-    order = np.empty(2 * n, dtype=np.int64)
-    order[0::2] = np.arange(n)
-    order[1::2] = np.arange(n) + n
-    both = pa.concat_tables([first, second.cast(first.schema)])
-    return both.take(pa.array(order))

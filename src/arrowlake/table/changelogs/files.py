@@ -31,6 +31,7 @@ from arrowlake.merge.equality import same_rows
 from arrowlake.merge.runs import KIND_COLUMN, KIND_FIELD, KIND_FIELD_ID
 from arrowlake.metastore.store import NewFile
 from arrowlake.schema import FIELD_ID_KEY
+from arrowlake.table.keys.lookup import match_keys
 
 if TYPE_CHECKING:
     from arrowlake.table.state import TableState
@@ -201,3 +202,45 @@ def change_rows(old_rows: pa.Table, new_rows: pa.Table, gone: pa.Table, inserted
         out.append(part.append_column(
             ROW_KIND, pa.array(np.full(part.num_rows, int(kind), dtype=np.int8))))
     return pa.concat_tables(out)
+
+
+def labelled_change(before: pa.Table, after: pa.Table, key: Sequence[str]
+                    ) -> tuple[pa.Table, np.ndarray]:
+    """The rows a write retracted (``before``) and added (``after``, the same columns), paired
+    by ``key``, with their row kinds (int8 codes): ``-D`` rows first, then each ``-U`` directly
+    before its ``+U``, then ``+I`` rows. A key written again with every value as it was is no
+    change (as the lookup producer of merge-on-read tables and the net change of catch-up have
+    it). Streams of merge-on-write tables label a snapshot's vectors and new files so, and the
+    ``lookup`` producer of such tables writes the same at write time."""
+    after = after.cast(before.schema)
+    at_after, at_before = match_keys(after, before, list(key))
+    replaced_before = np.zeros(before.num_rows, dtype=bool)
+    replaced_before[at_before] = True
+    replaced_after = np.zeros(after.num_rows, dtype=bool)
+    replaced_after[at_after] = True
+    same = same_rows(before.take(pa.array(at_before)), after.take(pa.array(at_after)))
+    at_after, at_before = at_after[~same], at_before[~same]
+    deleted = np.flatnonzero(~replaced_before)
+    inserted = np.flatnonzero(~replaced_after)
+    rows = pa.concat_tables([
+        before.take(pa.array(deleted)),
+        _interleave(before.take(pa.array(at_before)), after.take(pa.array(at_after))),
+        after.take(pa.array(inserted)),
+    ])
+    pairs = len(at_before)
+    kinds = np.concatenate([
+        np.full(len(deleted), int(RowKind.DELETE), np.int8),
+        np.tile(np.array([int(RowKind.UPDATE_BEFORE), int(RowKind.UPDATE_AFTER)], np.int8),
+                pairs),
+        np.full(len(inserted), int(RowKind.INSERT), np.int8)])
+    return rows, kinds
+
+
+def _interleave(first: pa.Table, second: pa.Table) -> pa.Table:
+    """Rows ``first[0], second[0], first[1], second[1], ...`` (equal lengths)."""
+    n = first.num_rows
+    order = np.empty(2 * n, dtype=np.int64)
+    order[0::2] = np.arange(n)
+    order[1::2] = np.arange(n) + n
+    both = pa.concat_tables([first, second.cast(first.schema)])
+    return both.take(pa.array(order))

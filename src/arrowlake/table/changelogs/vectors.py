@@ -2,8 +2,10 @@
 
 A snapshot of such a table is exact without changelog files: streams read the rows at the
 positions it deleted and the rows of the files it added (:mod:`arrowlake.streaming.vector_changes`),
-so the producers ``none`` and ``lookup`` write none. The other two mean what they mean on
-merge-on-read tables (:mod:`arrowlake.table.changelogs.producers`):
+so the producer ``none`` writes none. ``lookup`` writes that same change at write time, with the
+before-images its lookup read (``on_write._lookup_changelog``), so that streams read it instead
+of decoding the old files. The other two mean what they mean on merge-on-read tables
+(:mod:`arrowlake.table.changelogs.producers`):
 
 - ``input``: every write commits, as changelog files, the rows exactly as given, with their row
   kinds, duplicates and retractions (:func:`commit_with_changelog`). The engine does not filter

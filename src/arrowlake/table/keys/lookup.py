@@ -40,6 +40,7 @@ from arrowlake.scan.split import FileTask
 from arrowlake.schema import field_id
 from arrowlake.table.keys import index as key_index
 from arrowlake.table.keys.index import KeyIndex
+from arrowlake.table.keys.run_cache import RUNS
 
 _POSITION = "_al_position"
 _INCOMING = "_al_incoming"
@@ -470,7 +471,14 @@ def _match_file(storage: Storage, task: FileTask, file_schema: pa.Schema, schema
 
 def rows_at(storage: Storage, task: FileTask, file_schema: pa.Schema, schema: pa.Schema,
              names: list[str], positions: np.ndarray) -> pa.Table:
-    """The rows at ``positions`` of one file, reading only the row groups that hold them."""
+    """The rows at ``positions`` of one file, reading only the row groups that hold them; taken
+    from the file's decoded rows instead when the run cache holds them in ``schema``'s types
+    (:mod:`~arrowlake.table.keys.run_cache`: the files a ``lookup`` table's writer wrote)."""
+    held = RUNS.get((task.path, task.schema_id))
+    if held is not None and all(
+            n in held.rows.column_names and held.rows.schema.field(n).type == schema.field(n).type
+            for n in names):
+        return held.rows.select(names).take(pa.array(positions))
     metadata = file_fragment(storage, task).metadata
     counts = np.array([metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)],
                       dtype=np.int64)

@@ -42,7 +42,7 @@ import pyarrow as pa
 from arrowlake.errors import CommitConflict
 from arrowlake.io import deletion_vectors as dv
 from arrowlake.io import puffin
-from arrowlake.io.stats import encode_partition_value
+from arrowlake.io.stats import encode_partition_value, partition_path, partition_shown
 from arrowlake.io.writer import DataFileWriter, write_started
 from arrowlake.merge import ROW_KIND, SEQUENCE, Deduplicate, FirstRow, MergeEngine
 from arrowlake.merge.equality import same_rows
@@ -57,7 +57,7 @@ from arrowlake.metastore.records import (
 )
 from arrowlake.scan.planning import TableView, file_tasks
 from arrowlake.scan.split import FileTask
-from arrowlake.table.changelogs.files import write_changelog
+from arrowlake.table.changelogs.files import Part, labelled_change, write_changelog, write_parts
 from arrowlake.table.keys import index as key_index
 from arrowlake.table.keys.lookup import (
     Lookup,
@@ -70,6 +70,7 @@ from arrowlake.table.keys.lookup import (
     match_keys,
     remember_written,
 )
+from arrowlake.table.keys.run_cache import remember_runs
 from arrowlake.table.keys.runs import run_groups, start_group_writers
 from arrowlake.table.options.primary_key import changelog_producer, merge_engine, sequence_field
 from arrowlake.table.writes.change import Change, Decide, Decision
@@ -100,6 +101,11 @@ class _Plan:
     deletes: dict[int, list[np.ndarray]] = field(default_factory=dict)
     tasks: dict[int, FileTask] = field(default_factory=dict)
     replaced: int = 0
+    #: The live rows the plan deletes, when its lookups read them (see ``before_images``),
+    #: by group (partition values JSON, bucket).
+    retracted: dict[tuple[str | None, int], list[pa.Table]] = field(default_factory=dict)
+    #: The group whose lookup the plan is resolving (where ``retracted`` rows go).
+    group: tuple[str | None, int] = (None, 0)
     #: Per group, the lookup of its keys among the group's data files.
     lookups: dict[tuple[str | None, int], Matches] = field(default_factory=dict)
 
@@ -140,6 +146,10 @@ class OnWriteChange(Change):
         self.engine = merge_engine(table)
         self.seq_field = sequence_field(table)
         self.producer = changelog_producer(table)
+        # The lookup producer writes each plan's change (with before-images) as changelog
+        # files, so that streams read them instead of the old files' rows.
+        self.lookup_log = self.producer == "lookup"
+        self.logged: list[NewFile] = []
         # New rows that do not depend on the live ones are written once per decision, whatever
         # the retries.
         self.blind = isinstance(self.engine, Deduplicate) and self.seq_field is None
@@ -213,6 +223,8 @@ class OnWriteChange(Change):
         table = self.state
         _forget(table, self.puffin_path)
         self.puffin_path = None
+        table.discard(self.logged)  # what the last plan's lookup found
+        self.logged = []
         if self.decides and self.redecide:
             # Deciding again: what the last plan wrote follows the old decision.
             table.discard([*self.files, *self.graves])
@@ -223,7 +235,8 @@ class OnWriteChange(Change):
         view = table.view(base, current_schema=True)
 
         def plan_now(view: TableView = view) -> _Plan:
-            return _plan(table, view, self._groups(), self.engine, self.seq_field)
+            return _plan(table, view, self._groups(), self.engine, self.seq_field,
+                         before_images=self.lookup_log)
 
         if self.blind:
             if not self.files and not self.written.files:
@@ -246,16 +259,18 @@ class OnWriteChange(Change):
             tombstones, _ = _write(table, self.current.tombstones)
             self.graves = [replace(f, content="tombstone") for f in tombstones.files]
         self.vectors, self.puffin_path = _vectors(table, self.current)
+        if self.lookup_log:
+            self.logged = _lookup_changelog(table, self.current)
         if not self.files and not self.vectors and not self.graves and not self.changelog:
             return None
         summary = dict(decision.summary)
-        if self.producer in ("input", "full-compaction"):
+        if self.producer in ("input", "full-compaction", "lookup"):
             summary["changelog"] = self.producer
         return SnapshotChange(
             kind=self.kind, schema_id=table.record.current_schema_id, add=self.files,
             vectors=self.vectors, tombstones=self.graves,
             removed_rows=sum(v.new_positions for v in self.vectors),
-            commit_id=self.commit_id, changelog=self.changelog,
+            commit_id=self.commit_id, changelog=[*self.changelog, *self.logged],
             summary={**summary, "replaced_rows": self.current.replaced},
             on_rebase=_rebase_check(table, base, self._groups(), decision.on_rebase),
             deletion_vectors=True)
@@ -301,8 +316,9 @@ class OnWriteChange(Change):
     def discard(self) -> None:
         table = self.state
         _forget(table, self.puffin_path)
-        table.discard([*self.files, *self.graves, *self.changelog])
+        table.discard([*self.files, *self.graves, *self.changelog, *self.logged])
         self.puffin_path, self.files, self.graves, self.changelog = None, [], [], []
+        self.logged = []
         self.written = _Written([])
 
 
@@ -364,7 +380,10 @@ def _partition_json(values: Sequence[pa.Scalar]) -> str:
 
 
 def _plan(table: TableState, view: TableView, incoming: Sequence[_Group], engine: MergeEngine,
-          seq_field: str | None) -> _Plan:
+          seq_field: str | None, *, before_images: bool = False) -> _Plan:
+    """The plan of writing the ``incoming`` groups on ``view``'s snapshot. ``before_images``:
+    the live rows it deletes are read (``_Plan.retracted``), for a changelog; a blind replace
+    otherwise finds only where they are."""
     rec = table.record
     key = list(rec.primary_key)
     buckets = sorted({bucket for _, bucket, _ in incoming})
@@ -390,10 +409,12 @@ def _plan(table: TableState, view: TableView, incoming: Sequence[_Group], engine
     # Every group's lookup at once: the groups' key indexes are searched in one call.
     founds = locate_many(view.storage, schemas, schema, lookup_key, [
         Lookup(by_group.get((part, bucket), []), run.select(lookup_key),
-               None if blind else schema.names, (rec.location, part, bucket))
+               None if blind and not (before_images and isinstance(engine, Deduplicate))
+               else schema.names, (rec.location, part, bucket))
         for part, (_, bucket, run) in zip(parts, incoming, strict=True)])
     for part, (values, bucket, run), found in zip(parts, incoming, founds, strict=True):
         candidates = by_group.get((part, bucket), [])
+        plan.group = (part, bucket)
         if blind and isinstance(engine, Deduplicate):
             _replace_blindly(plan, run, found, candidates)
         elif blind:
@@ -449,6 +470,9 @@ def _delete_found(plan: _Plan, found: Matches, candidates: Sequence[FileTask],
         file_ids, positions = file_ids[which], positions[which]
     if found.slots is not None:
         found.deleted_slots.append(found.slots if which is None else found.slots[which])
+    if found.rows is not None and len(file_ids):
+        plan.retracted.setdefault(plan.group, []).append(
+            found.rows if which is None else found.rows.filter(pa.array(which)))
     if not len(file_ids):
         return
     by_id = {t.file_id: t for t in candidates}
@@ -531,6 +555,9 @@ def _write(table: TableState, groups: Iterable[_Group], during: Callable[[], _T]
         return started, (during() if during is not None else None)
 
     files, (started, result) = write_started(start)
+    # Kept decoded when the table keeps runs (by default on ``lookup`` tables), so that the
+    # before-images of the next writes are taken from memory (see rows_at).
+    remember_runs(table, started)
     rec = table.record
     images = remember_written(table.storage, rec.location, started, table.schema,
                               lookup_columns(rec.primary_key, rec.partition_by))
@@ -605,6 +632,38 @@ def _vectors(table: TableState, plan: _Plan) -> tuple[list[NewVector], str | Non
             vectors.append(NewVector(fid, card, new, previous, puffin_path=relative,
                                      blob_offset=at.offset, blob_length=at.length))
     return vectors, relative
+
+
+def _lookup_changelog(table: TableState, plan: _Plan) -> list[NewFile]:
+    """The ``lookup`` producer's changelog files of ``plan``, one per group: the live rows it
+    deletes there and the rows it writes there, labelled by key as streams label a snapshot's
+    vectors and new files (:func:`~arrowlake.table.changelogs.files.labelled_change`), so a
+    stream of the snapshot reads these instead of decoding the old rows from their files."""
+    rec, schema = table.record, table.schema
+    after: dict[tuple[str | None, int], tuple[tuple[pa.Scalar, ...], list[pa.Table]]] = {}
+    for values, bucket, rows in plan.groups:
+        group = (_partition_json(values) if rec.partition_by else None, bucket)
+        after.setdefault(group, (values, []))[1].append(rows.select(schema.names).cast(schema))
+    values_of = {g: v for g, (v, _) in after.items()}
+    for part, bucket in plan.retracted:
+        if (part, bucket) not in values_of:
+            # A group that only deletes: its partition values as its retracted rows hold them.
+            first = plan.retracted[(part, bucket)][0]
+            values_of[(part, bucket)] = tuple(first.column(c)[0] for c in rec.partition_by)
+    parts: list[Part] = []
+    for group, values in values_of.items():
+        before = plan.retracted.get(group, [])
+        rows, kinds = labelled_change(
+            pa.concat_tables([r.cast(schema) for r in before]) if before
+            else schema.empty_table(),
+            pa.concat_tables(after[group][1]) if group in after else schema.empty_table(),
+            rec.primary_key)
+        if rows.num_rows:
+            shown = [partition_shown(v) for v in values]
+            parts.append((partition_path(rec.partition_by, shown) if rec.partition_by else None,
+                          group[0], group[1],
+                          rows.append_column(ROW_KIND, pa.array(kinds, pa.int8()))))
+    return write_parts(table, parts) if parts else []
 
 
 def _forget(table: TableState, relative: str | None) -> None:
