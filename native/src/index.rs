@@ -266,10 +266,9 @@ pub fn merge(a: &Image, a_locators: &[i64], b: &Image, b_locators: &[i64]) -> Re
 /// Levels further apart in length than this are merged by galloping (see [`merge`]).
 const WALK_RATIO: usize = 32;
 
-/// [`merge`] of two levels of 8-byte integers (`key` reads one, ordered as the entries), one
-/// entry at a time. Which level the next entry comes from is as likely one as the other when
-/// the keys interleave, so the step picks it by arithmetic rather than by a branch the CPU
-/// would mispredict half the time; only a shared key (which ends the merge) branches.
+/// [`merge`] of two levels of 8-byte integers (`key` reads one, ordered as the entries): `a`
+/// copied into the end of the output, then `b` merged in from the front
+/// ([`merge_walk_in_place`]).
 fn merge_walk<K: Ord>(
     a: &[u8],
     a_locators: &[i64],
@@ -277,31 +276,12 @@ fn merge_walk<K: Ord>(
     b_locators: &[i64],
     key: impl Fn(&[u8], usize) -> K,
 ) -> Option<(Vec<u8>, Vec<i64>)> {
-    let (n, m) = (a_locators.len(), b_locators.len());
+    let m = b_locators.len();
     let mut data = vec![0u8; a.len() + b.len()];
-    let mut locators = vec![0i64; n + m];
-    let (mut i, mut j, mut k) = (0, 0, 0);
-    while i < n && j < m {
-        let (x, y) = (key(a, i), key(b, j));
-        if x == y {
-            return None;
-        }
-        let from_a = x < y;
-        let (va, vb) = (u64_at(a, i), u64_at(b, j));
-        let value = if from_a { va } else { vb };
-        locators[k] = if from_a { a_locators[i] } else { b_locators[j] };
-        data[k * 8..k * 8 + 8].copy_from_slice(&value.to_le_bytes());
-        k += 1;
-        i += from_a as usize;
-        j += !from_a as usize;
-    }
-    for (level, level_locators, at) in [(a, a_locators, i), (b, b_locators, j)] {
-        let rest = level_locators.len() - at;
-        data[k * 8..(k + rest) * 8].copy_from_slice(&level[at * 8..]);
-        locators[k..k + rest].copy_from_slice(&level_locators[at..]);
-        k += rest;
-    }
-    Some((data, locators))
+    let mut locators = vec![0i64; a_locators.len() + m];
+    data[m * 8..].copy_from_slice(a);
+    locators[m..].copy_from_slice(a_locators);
+    merge_walk_in_place(&mut data, &mut locators, b, b_locators, key).then_some((data, locators))
 }
 
 /// Whether an entry of `level` (sorted) that `dead` does not mark holds one of `keys`
@@ -505,8 +485,11 @@ fn kept_merged(
     Ok(merged.then_some((data, out)))
 }
 
-/// [`merge_walk`] where level `a` already sits in `data` and `locators` after room for `b`
-/// (its first `b_locators.len()` entries): the merged entries fill them from the front. The
+/// Merges `b` into level `a`, which sits in `data` and `locators` after room for `b` (their
+/// first `b_locators.len()` entries): the merged entries fill them from the front. Which
+/// level gives the next entry is as likely one as the other when the keys interleave, so the
+/// step picks it by arithmetic rather than by a branch the CPU would mispredict half the time;
+/// only a shared key (which ends the merge) branches. The
 /// write position never passes the next unread entry of `a` while `b` has entries left
 /// (it trails it by the entries of `b` still to come), and once `b` is done the rest of `a`
 /// is already in place. False if they share a key (`data` is then garbage).
