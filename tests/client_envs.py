@@ -7,7 +7,10 @@ environment is a virtualenv named for the hash of its requirements, under
 ``$ARROWLAKE_TEST_ENVS`` (default ``~/.cache/arrowlake/test-envs``), so a clean clone reuses
 it and a change of requirements builds a new one. Building takes a lock, so two test
 processes never build the same environment at once, and is complete only once a marker file
-is written last; a build that died half way is thrown away and started again.
+is written last; a build that died half way is thrown away and started again. Each use touches
+that marker, and an environment of the same name for other requirements (an older pyproject)
+left unused for :data:`STALE_SECONDS` is deleted when one is built: each holds about 1 GB,
+and a machine that tests many commits would otherwise fill its disk.
 
 arrowlake itself is never installed there. A test that wants it on the path (the Spark 4.1
 tests of our own data source) puts ``src/`` on ``PYTHONPATH``, as the cluster tests do.
@@ -18,9 +21,11 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
+import time
 import tomllib
 from pathlib import Path
 
@@ -90,6 +95,7 @@ def client_python(name: str) -> Path:
     with open(root / f"{name}-{digest}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if marker.exists():
+            os.utime(marker)  # used now: see prune_stale
             return python
         if env.exists():
             shutil.rmtree(env)
@@ -104,4 +110,35 @@ def client_python(name: str) -> Path:
                 f"({' '.join(map(str, exc.cmd[:4]))} ...):\n{exc.stdout}\n{exc.stderr}"
             ) from exc
         marker.write_text("\n".join(requirements) + "\n")
+    prune_stale(root, name, keep=env)
     return python
+
+
+#: How long an environment for other requirements than the current ones may go unused before
+#: a build of the current ones deletes it (another clone at an older commit may still use it).
+STALE_SECONDS = 12 * 3600
+
+
+def prune_stale(root: Path, name: str, keep: Path, now: float | None = None) -> list[Path]:
+    """Delete the environments of ``name`` other than ``keep`` whose last use (their marker's
+    time, else the directory's) is older than :data:`STALE_SECONDS`, each under its build
+    lock (skipped while another process holds it); the ones deleted."""
+    now = time.time() if now is None else now
+    pattern = re.compile(re.escape(name) + r"-[0-9a-f]{12}")
+    gone = []
+    for other in sorted(root.iterdir()):
+        if other == keep or not other.is_dir() or not pattern.fullmatch(other.name):
+            continue
+        marker = other / ".complete"
+        used = (marker if marker.exists() else other).stat().st_mtime
+        if now - used < STALE_SECONDS:
+            continue
+        with open(root / f"{other.name}.lock", "w") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # being built or checked right now
+            shutil.rmtree(other, ignore_errors=True)
+        (root / f"{other.name}.lock").unlink(missing_ok=True)
+        gone.append(other)
+    return gone
