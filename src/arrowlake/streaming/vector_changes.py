@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 from arrowlake.expressions import AlwaysTrue, Expr, evaluate
 from arrowlake.io.deletion_vectors import VectorRef
 from arrowlake.io.storage import Storage
+from arrowlake.merge import ROW_KIND
 from arrowlake.scan.split import FileTask, Split
 from arrowlake.streaming.splits import KIND_NAMES, ROW_KIND_FIELD, no_columns
 from arrowlake.table.changelogs.files import labelled_change
@@ -73,7 +74,9 @@ class VectorChangeSplit:
         before = self._retracted()
         after = self.added.to_arrow() if self.added is not None else \
             self.schema.empty_table()
-        rows, kinds = labelled_change(before, after, self.key)
+        labelled = labelled_change(before, after, self.key)
+        kinds = labelled.column(ROW_KIND).to_numpy()
+        rows = labelled.drop_columns([ROW_KIND])
         if not isinstance(self.filter, AlwaysTrue):
             keep = pc.fill_null(evaluate(self.filter, rows), False)
             rows, kinds = rows.filter(keep), kinds[keep.to_numpy(zero_copy_only=False)]

@@ -183,11 +183,11 @@ def diff(before: pa.Table, after: pa.Table, key: Sequence[str]) -> pa.Table:
                     before.filter(pa.array(gone)), after.filter(pa.array(new)))
 
 
-def change_rows(old_rows: pa.Table, new_rows: pa.Table, gone: pa.Table, inserted: pa.Table
-             ) -> pa.Table:
+def change_rows(old_rows: pa.Table, new_rows: pa.Table, gone: pa.Table, inserted: pa.Table,
+                *, deletes_first: bool = False) -> pa.Table:
     """The change rows (table columns + ``_row_kind``): ``-U`` old / ``+U`` new per updated
     key, interleaved so each before-image directly precedes its new row, then ``-D`` for
-    ``gone`` and ``+I`` for ``inserted``."""
+    ``gone`` (before the updates with ``deletes_first``) and ``+I`` for ``inserted``."""
     n = old_rows.num_rows
     updates = pa.concat_tables([old_rows, new_rows.cast(old_rows.schema)])
     order = np.empty(2 * n, dtype=np.int64)
@@ -198,49 +198,30 @@ def change_rows(old_rows: pa.Table, new_rows: pa.Table, gone: pa.Table, inserted
     kinds[0::2] = int(RowKind.UPDATE_BEFORE)
     kinds[1::2] = int(RowKind.UPDATE_AFTER)
     out = [updates.append_column(ROW_KIND, pa.array(kinds))]
-    for part, kind in ((gone, RowKind.DELETE), (inserted.cast(old_rows.schema), RowKind.INSERT)):
+    for part, kind in ((gone.cast(old_rows.schema), RowKind.DELETE),
+                       (inserted.cast(old_rows.schema), RowKind.INSERT)):
         out.append(part.append_column(
             ROW_KIND, pa.array(np.full(part.num_rows, int(kind), dtype=np.int8))))
+    if deletes_first:
+        out[:2] = out[1::-1]
     return pa.concat_tables(out)
 
 
-def labelled_change(before: pa.Table, after: pa.Table, key: Sequence[str]
-                    ) -> tuple[pa.Table, np.ndarray]:
+def labelled_change(before: pa.Table, after: pa.Table, key: Sequence[str]) -> pa.Table:
     """The rows a write retracted (``before``) and added (``after``, the same columns), paired
-    by ``key``, with their row kinds (int8 codes): ``-D`` rows first, then each ``-U`` directly
+    by ``key`` (table columns + ``_row_kind``): ``-D`` rows first, then each ``-U`` directly
     before its ``+U``, then ``+I`` rows. A key written again with every value as it was is no
     change (as the lookup producer of merge-on-read tables and the net change of catch-up have
     it). Streams of merge-on-write tables label a snapshot's vectors and new files so, and the
-    ``lookup`` producer of such tables writes the same at write time."""
-    after = after.cast(before.schema)
+    ``lookup`` producer of such tables writes the same at write time. :func:`diff` of two
+    states, with the deletions first."""
     at_after, at_before = match_keys(after, before, list(key))
     replaced_before = np.zeros(before.num_rows, dtype=bool)
     replaced_before[at_before] = True
     replaced_after = np.zeros(after.num_rows, dtype=bool)
     replaced_after[at_after] = True
-    same = same_rows(before.take(pa.array(at_before)), after.take(pa.array(at_after)))
-    at_after, at_before = at_after[~same], at_before[~same]
-    deleted = np.flatnonzero(~replaced_before)
-    inserted = np.flatnonzero(~replaced_after)
-    rows = pa.concat_tables([
-        before.take(pa.array(deleted)),
-        _interleave(before.take(pa.array(at_before)), after.take(pa.array(at_after))),
-        after.take(pa.array(inserted)),
-    ])
-    pairs = len(at_before)
-    kinds = np.concatenate([
-        np.full(len(deleted), int(RowKind.DELETE), np.int8),
-        np.tile(np.array([int(RowKind.UPDATE_BEFORE), int(RowKind.UPDATE_AFTER)], np.int8),
-                pairs),
-        np.full(len(inserted), int(RowKind.INSERT), np.int8)])
-    return rows, kinds
-
-
-def _interleave(first: pa.Table, second: pa.Table) -> pa.Table:
-    """Rows ``first[0], second[0], first[1], second[1], ...`` (equal lengths)."""
-    n = first.num_rows
-    order = np.empty(2 * n, dtype=np.int64)
-    order[0::2] = np.arange(n)
-    order[1::2] = np.arange(n) + n
-    both = pa.concat_tables([first, second.cast(first.schema)])
-    return both.take(pa.array(order))
+    old, new = before.take(pa.array(at_before)), after.take(pa.array(at_after))
+    changed = pa.array(~same_rows(old, new.cast(before.schema)))
+    return change_rows(old.filter(changed), new.filter(changed),
+                       before.filter(pa.array(~replaced_before)),
+                       after.filter(pa.array(~replaced_after)), deletes_first=True)

@@ -653,7 +653,7 @@ def _lookup_changelog(table: TableState, plan: _Plan) -> list[NewFile]:
     parts: list[Part] = []
     for group, values in values_of.items():
         before = plan.retracted.get(group, [])
-        rows, kinds = labelled_change(
+        rows = labelled_change(
             pa.concat_tables([r.cast(schema) for r in before]) if before
             else schema.empty_table(),
             pa.concat_tables(after[group][1]) if group in after else schema.empty_table(),
@@ -661,8 +661,7 @@ def _lookup_changelog(table: TableState, plan: _Plan) -> list[NewFile]:
         if rows.num_rows:
             shown = [partition_shown(v) for v in values]
             parts.append((partition_path(rec.partition_by, shown) if rec.partition_by else None,
-                          group[0], group[1],
-                          rows.append_column(ROW_KIND, pa.array(kinds, pa.int8()))))
+                          group[0], group[1], rows))
     return write_parts(table, parts) if parts else []
 
 
