@@ -840,3 +840,25 @@ def test_a_merge_decided_on_the_empty_table_checks_the_first_commits(tmp_path, m
     assert (result.inserted, result.updated, result.unchanged) == (0, 0, 1)
     assert _state(t) == [{"id": 1, "p": "o", "v": 1, "s": 10}]
     lake.close()
+
+
+def test_lookup_before_images_follow_field_ids_not_names(tmp_path):
+    """A column dropped and added again under its old name and type is a new column: rows
+    written before hold no value of it. The ``lookup`` writer takes before-images from the
+    files it keeps decoded; those must read it as null, as the files themselves do (by field
+    id), and stream what ``none`` derives from the vectors."""
+    lake = al.connect(tmp_path / "lake")
+    seen = {}
+    for producer in ("none", "lookup"):
+        t = _dv_table(lake, f"s.{producer}", changelog_producer=producer)
+        t.upsert({"id": [1, 2], "p": ["a", "a"], "v": [10, 20], "s": [0, 0]})
+        t.drop_column("v")
+        t.add_column("v", pa.int64())
+        t.upsert({"id": [1], "p": ["b"], "v": [11], "s": [1]})
+        with t.stream(start="earliest", stop_at_latest=True, include_row_kind=True,
+                      catch_up_threshold=None, columns=["id", "p", "v"]) as changes:
+            seen[producer] = [c.to_arrow().to_pylist() for c in changes][-1]
+    assert seen["lookup"] == seen["none"] == [
+        {"id": 1, "p": "a", "v": None, "_row_kind": "-U"},
+        {"id": 1, "p": "b", "v": 11, "_row_kind": "+U"}]
+    lake.close()

@@ -61,6 +61,9 @@ class Matches:
     slots: np.ndarray | None = None
     #: The slots of the matches the write marks deleted (what advances the index).
     deleted_slots: list[np.ndarray] = field(default_factory=list)
+    #: The rows of the matches the write marks deleted, when ``rows`` holds them (its
+    #: changelog's before-images).
+    deleted_rows: list[pa.Table] = field(default_factory=list)
 
     @property
     def count(self) -> int:
@@ -472,12 +475,12 @@ def _match_file(storage: Storage, task: FileTask, file_schema: pa.Schema, schema
 def rows_at(storage: Storage, task: FileTask, file_schema: pa.Schema, schema: pa.Schema,
              names: list[str], positions: np.ndarray) -> pa.Table:
     """The rows at ``positions`` of one file, reading only the row groups that hold them; taken
-    from the file's decoded rows instead when the run cache holds them in ``schema``'s types
-    (:mod:`~arrowlake.table.keys.run_cache`: the files a ``lookup`` table's writer wrote)."""
+    from the file's decoded rows instead when the run cache holds them (the files a
+    ``lookup`` table's writer wrote, :mod:`~arrowlake.table.keys.run_cache`) and its schema
+    holds each of ``names`` as ``schema`` does: same field id and type (a column dropped and
+    added again under its name is another column, which the file does not hold)."""
     held = RUNS.get((task.path, task.schema_id))
-    if held is not None and all(
-            n in held.rows.column_names and held.rows.schema.field(n).type == schema.field(n).type
-            for n in names):
+    if held is not None and all(_same_column(file_schema, schema, n) for n in names):
         return held.rows.select(names).take(pa.array(positions))
     metadata = file_fragment(storage, task).metadata
     counts = np.array([metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)],
@@ -490,6 +493,13 @@ def rows_at(storage: Storage, task: FileTask, file_schema: pa.Schema, schema: pa
     offsets = np.concatenate(([0], np.cumsum(counts[wanted])))
     index = offsets[np.searchsorted(wanted, groups)] + (positions - starts[groups])
     return read.take(pa.array(index))
+
+
+def _same_column(file_schema: pa.Schema, schema: pa.Schema, name: str) -> bool:
+    if name not in file_schema.names:
+        return False
+    ours, theirs = file_schema.field(name), schema.field(name)
+    return field_id(ours) == field_id(theirs) and ours.type == theirs.type
 
 
 __all__ = [

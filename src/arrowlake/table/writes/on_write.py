@@ -101,11 +101,6 @@ class _Plan:
     deletes: dict[int, list[np.ndarray]] = field(default_factory=dict)
     tasks: dict[int, FileTask] = field(default_factory=dict)
     replaced: int = 0
-    #: The live rows the plan deletes, when its lookups read them (see ``before_images``),
-    #: by group (partition values JSON, bucket).
-    retracted: dict[tuple[str | None, int], list[pa.Table]] = field(default_factory=dict)
-    #: The group whose lookup the plan is resolving (where ``retracted`` rows go).
-    group: tuple[str | None, int] = (None, 0)
     #: Per group, the lookup of its keys among the group's data files.
     lookups: dict[tuple[str | None, int], Matches] = field(default_factory=dict)
 
@@ -382,8 +377,8 @@ def _partition_json(values: Sequence[pa.Scalar]) -> str:
 def _plan(table: TableState, view: TableView, incoming: Sequence[_Group], engine: MergeEngine,
           seq_field: str | None, *, before_images: bool = False) -> _Plan:
     """The plan of writing the ``incoming`` groups on ``view``'s snapshot. ``before_images``:
-    the live rows it deletes are read (``_Plan.retracted``), for a changelog; a blind replace
-    otherwise finds only where they are."""
+    the live rows it deletes are read (each lookup's ``deleted_rows``), for a changelog; a
+    blind replace otherwise finds only where they are."""
     rec = table.record
     key = list(rec.primary_key)
     buckets = sorted({bucket for _, bucket, _ in incoming})
@@ -414,7 +409,6 @@ def _plan(table: TableState, view: TableView, incoming: Sequence[_Group], engine
         for part, (_, bucket, run) in zip(parts, incoming, strict=True)])
     for part, (values, bucket, run), found in zip(parts, incoming, founds, strict=True):
         candidates = by_group.get((part, bucket), [])
-        plan.group = (part, bucket)
         if blind and isinstance(engine, Deduplicate):
             _replace_blindly(plan, run, found, candidates)
         elif blind:
@@ -471,8 +465,8 @@ def _delete_found(plan: _Plan, found: Matches, candidates: Sequence[FileTask],
     if found.slots is not None:
         found.deleted_slots.append(found.slots if which is None else found.slots[which])
     if found.rows is not None and len(file_ids):
-        plan.retracted.setdefault(plan.group, []).append(
-            found.rows if which is None else found.rows.filter(pa.array(which)))
+        found.deleted_rows.append(found.rows if which is None
+                                  else found.rows.filter(pa.array(which)))
     if not len(file_ids):
         return
     by_id = {t.file_id: t for t in candidates}
@@ -645,14 +639,15 @@ def _lookup_changelog(table: TableState, plan: _Plan) -> list[NewFile]:
         group = (_partition_json(values) if rec.partition_by else None, bucket)
         after.setdefault(group, (values, []))[1].append(rows.select(schema.names).cast(schema))
     values_of = {g: v for g, (v, _) in after.items()}
-    for part, bucket in plan.retracted:
-        if (part, bucket) not in values_of:
+    retracted = {g: found.deleted_rows for g, found in plan.lookups.items()
+                 if found.deleted_rows}
+    for group, rows in retracted.items():
+        if group not in values_of:
             # A group that only deletes: its partition values as its retracted rows hold them.
-            first = plan.retracted[(part, bucket)][0]
-            values_of[(part, bucket)] = tuple(first.column(c)[0] for c in rec.partition_by)
+            values_of[group] = tuple(rows[0].column(c)[0] for c in rec.partition_by)
     parts: list[Part] = []
     for group, values in values_of.items():
-        before = plan.retracted.get(group, [])
+        before = retracted.get(group, [])
         rows = labelled_change(
             pa.concat_tables([r.cast(schema) for r in before]) if before
             else schema.empty_table(),
