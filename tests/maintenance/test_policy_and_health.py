@@ -188,11 +188,16 @@ def test_bucket_leases_are_taken_over_only_from_a_dead_or_expired_holder(lake):
         # The living holder keeps bucket 0; the dead one's bucket 1 is taken over at once.
         assert store.acquire_bucket_leases(tid, [0, 1], mine, 60_000,
                                            leases.holder_alive) == [1]
-        # A holder elsewhere counts as alive until its lease expires.
+        # A holder elsewhere counts as alive until its lease expires. The lease is long
+        # enough that a loaded machine cannot let it run out between the two calls (a 50 ms
+        # lease once did, on PostgreSQL during the full test run).
         remote = _holder(1, host="another machine")
-        assert store.acquire_bucket_leases(tid, [2], remote, 50, leases.holder_alive) == [2]
+        lease_s = 2.0
+        taken_at = time.monotonic()
+        assert store.acquire_bucket_leases(tid, [2], remote, int(lease_s * 1000),
+                                           leases.holder_alive) == [2]
         assert store.acquire_bucket_leases(tid, [2], mine, 60_000, leases.holder_alive) == []
-        time.sleep(0.1)
+        time.sleep(max(0.0, taken_at + lease_s + 0.1 - time.monotonic()))
         assert store.acquire_bucket_leases(tid, [2], mine, 60_000, leases.holder_alive) == [2]
         assert store.renew_bucket_leases(mine, 60_000) == 2
         store.release_bucket_leases(mine, tid, [1])
