@@ -115,7 +115,7 @@ def main() -> None:
         print(f"{'one transaction of three':<32}{t:>9.3f} s   {t / a:.2f}x  (target <= 1.1x)")
         print(f"{'range one by one':<32}{min(alone):>9.3f} - {max(alone):.3f} s")
         print(f"{'range in a transaction':<32}{min(together):>9.3f} - {max(together):.3f} s")
-        ratios = [t / a for a, t in zip(alone, together, strict=True)]
+        ratios = [mine / theirs for theirs, mine in zip(alone, together, strict=True)]
         print(f"{'ratio of each round (median)':<32}{statistics.median(ratios):>9.2f}x")
         lake.close()
     finally:
