@@ -4,15 +4,21 @@
 //! A single integer-like column (integers of every width, booleans, dates, times, timestamps,
 //! durations) becomes order-preserving `u64`s; any other key (strings, binaries, views,
 //! decimals, dictionaries, several columns) becomes Arrow's row format, whose bytes compare
-//! like the key columns in turn, as Arrow's `sort_indices` orders them. Floating-point keys are
-//! not taken ([`KernelError::unsupported`]): the numpy path compares them by Arrow's rules
-//! (`-0.0 == 0.0`, NaN unequal to itself), which byte images do not reproduce.
+//! like the key columns in turn, as Arrow's `sort_indices` orders them.
+//!
+//! Floating-point keys (which tables refuse, but the merge engines take on their own) compare
+//! as numbers with `-0.0` equal to `0.0`, and every NaN equal to every other NaN and above
+//! `+inf`, as SQL's `GROUP BY` and Spark's grouping treat them: each value is normalized
+//! first (`-0.0` to `0.0`, each NaN to one NaN), so the integer image and the row format both
+//! see one bit pattern per value.
 
 use std::cmp::Ordering;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::*;
-use arrow_array::{Array, ArrayRef, ArrowPrimitiveType};
+use std::sync::Arc;
+
+use arrow_array::{Array, ArrayRef, ArrowPrimitiveType, Float64Array};
 use arrow_row::{RowConverter, Rows, SortField};
 use arrow_schema::{DataType, TimeUnit};
 use rayon::prelude::*;
@@ -32,6 +38,7 @@ pub fn sortable(t: &DataType) -> bool {
     match t {
         DataType::Dictionary(_, value) => sortable(value),
         _ => integer_like(t)
+            || floating(t)
             || matches!(
                 t,
                 DataType::Utf8
@@ -47,6 +54,53 @@ pub fn sortable(t: &DataType) -> bool {
                     | DataType::Decimal256(_, _)
             ),
     }
+}
+
+fn floating(t: &DataType) -> bool {
+    matches!(t, DataType::Float16 | DataType::Float32 | DataType::Float64)
+}
+
+/// A float as the one value that stands for it in a key: `-0.0` as `0.0`, every NaN as one.
+#[inline]
+fn key_float(v: f64) -> f64 {
+    if v.is_nan() {
+        f64::NAN
+    } else if v == 0.0 {
+        0.0
+    } else {
+        v
+    }
+}
+
+/// A float's bits in numeric order (`-0.0` before `0.0`, negative NaNs first, positive ones
+/// last): normalize with [`key_float`] first for key equality.
+#[inline]
+pub fn float_word(v: f64) -> u64 {
+    let bits = v.to_bits();
+    if bits >> 63 == 1 {
+        !bits
+    } else {
+        bits | SIGN
+    }
+}
+
+/// A floating-point column (or a dictionary of one) as normalized `f64`s, one per row.
+fn key_floats(array: &dyn Array) -> Option<Vec<f64>> {
+    if let Some(dictionary) = array.as_any_dictionary_opt() {
+        let values = key_floats(dictionary.values().as_ref())?;
+        return Some(dictionary.normalized_keys().iter().map(|k| values[*k]).collect());
+    }
+    let values: Vec<f64> = match array.data_type() {
+        DataType::Float16 => {
+            array.as_primitive::<Float16Type>().values().iter().map(|v| v.to_f64()).collect()
+        }
+        DataType::Float32 => {
+            array.as_primitive::<Float32Type>().values().iter().map(|v| *v as f64).collect()
+        }
+        DataType::Float64 => array.as_primitive::<Float64Type>().values().to_vec(),
+        _ => return None,
+    };
+    Some(values.into_par_iter().with_min_len(65_536).map(key_float).collect())
 }
 
 pub fn integer_like(t: &DataType) -> bool {
@@ -148,12 +202,26 @@ impl SortKeys {
             if let Some(ints) = ordered_ints(columns[0].as_ref()) {
                 return Ok(SortKeys::Ints(ints));
             }
+            if let Some(floats) = key_floats(columns[0].as_ref()) {
+                return Ok(SortKeys::Ints(
+                    floats.into_par_iter().with_min_len(65_536).map(float_word).collect(),
+                ));
+            }
         }
+        // Floats among several columns: their normalized values, which the row format orders
+        // by their bits as `float_word` does.
+        let columns: Vec<ArrayRef> = columns
+            .iter()
+            .map(|c| match key_floats(c.as_ref()) {
+                Some(floats) => Arc::new(Float64Array::from(floats)) as ArrayRef,
+                None => c.clone(),
+            })
+            .collect();
         let fields = columns.iter().map(|c| SortField::new(c.data_type().clone())).collect();
         let converter = RowConverter::new(fields)
             .map_err(|e| KernelError::unsupported(format!("Key columns cannot be sorted: {e}")))?;
         let rows = converter
-            .convert_columns(columns)
+            .convert_columns(&columns)
             .map_err(|e| KernelError::unsupported(format!("Key columns cannot be sorted: {e}")))?;
         Ok(SortKeys::Rows(rows))
     }

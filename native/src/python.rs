@@ -187,6 +187,27 @@ fn group_versions(
     Ok((int64s(v.order), int64s(v.starts)))
 }
 
+/// The row of each key's newest version (oldest with `oldest`), in key order.
+#[pyfunction]
+#[pyo3(signature = (keys, sequence_field, seq, oldest))]
+fn key_winners(
+    py: Python<'_>,
+    keys: &Bound<'_, PyList>,
+    sequence_field: Option<&Bound<'_, PyAny>>,
+    seq: &Bound<'_, PyAny>,
+    oldest: bool,
+) -> PyResult<ArrowOut> {
+    let keys = import_all(keys)?;
+    let field = import_optional(sequence_field)?;
+    let seq = as_i64s(&import(seq)?, "'_seq'")?;
+    let rows = run(py, "key_winners", || {
+        let sort_keys = SortKeys::new(&keys)?;
+        let words = versions::VersionWords::new(field.as_deref(), &seq)?;
+        versions::winners(&sort_keys, &words, oldest)
+    })?;
+    Ok(int64s(rows))
+}
+
 type GroupsOut = Option<(ArrowOut, ArrowOut, ArrowOut)>;
 
 fn groups_out(groups: Option<runs::Groups>) -> GroupsOut {
@@ -618,6 +639,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(key_hash, m)?)?;
     m.add_function(wrap_pyfunction!(bucket_of, m)?)?;
     m.add_function(wrap_pyfunction!(group_versions, m)?)?;
+    m.add_function(wrap_pyfunction!(key_winners, m)?)?;
     m.add_function(wrap_pyfunction!(sorted_groups, m)?)?;
     m.add_function(wrap_pyfunction!(cut_groups, m)?)?;
     m.add_function(wrap_pyfunction!(index_find, m)?)?;

@@ -4,7 +4,8 @@
 //! positions as a roaring bitmap in the portable 64-bit layout (`RoaringTreemap`'s
 //! serialization, which is CRoaring's and so pyroaring's `BitMap64.serialize()`), and a
 //! 4-byte big-endian CRC-32 of the magic and the bitmap. Bitmaps are run-optimized before
-//! they are written, as `io/deletion_vectors.py` does with pyroaring.
+//! they are written, as pyroaring's `run_optimize()` does, except that a container whose runs
+//! take as many bytes as its array is kept as runs here and as an array there.
 
 use roaring::RoaringTreemap;
 

@@ -15,7 +15,7 @@ use arrow_schema::DataType;
 use rayon::prelude::*;
 
 use crate::error::{KernelError, Result};
-use crate::keys::{check_rows, ordered_ints, SortKeys};
+use crate::keys::{check_rows, float_word, ordered_ints, SortKeys};
 
 /// Row indices by key then version (`order`), and where each key's versions start in it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,15 +63,9 @@ impl<'a> VersionWords<'a> {
 
 const VALID: u128 = 1 << 64;
 
-/// A float's bits in an order where `-0.0` equals `0.0` and the rest compare numerically.
-fn float_word(v: f64) -> u64 {
-    let v = if v == 0.0 { 0.0 } else { v };
-    let bits = v.to_bits();
-    if bits >> 63 == 1 {
-        !bits
-    } else {
-        bits | (1 << 63)
-    }
+/// A float's word in an order where `-0.0` equals `0.0` and the rest compare numerically.
+fn field_float(v: f64) -> u64 {
+    float_word(if v == 0.0 { 0.0 } else { v })
 }
 
 /// One `u128` per row ordering the sequence field's values, nulls first.
@@ -85,16 +79,16 @@ fn field_words(column: &dyn Array) -> Result<Vec<u128>> {
                 .as_primitive::<Float16Type>()
                 .values()
                 .iter()
-                .map(|v| float_word(v.to_f64()))
+                .map(|v| field_float(v.to_f64()))
                 .collect(),
             DataType::Float32 => column
                 .as_primitive::<Float32Type>()
                 .values()
                 .iter()
-                .map(|v| float_word(*v as f64))
+                .map(|v| field_float(*v as f64))
                 .collect(),
             DataType::Float64 => {
-                column.as_primitive::<Float64Type>().values().iter().map(|v| float_word(*v)).collect()
+                column.as_primitive::<Float64Type>().values().iter().map(|v| field_float(*v)).collect()
             }
             other => dense_ranks(column, other)?,
         }
@@ -186,6 +180,122 @@ fn int_versions(keys: &[u64], words: &VersionWords) -> Versions {
     Versions { order: order.into_iter().map(i64::from).collect(), starts }
 }
 
+/// The row of each key's newest version (or, with `oldest`, its oldest), in key order: the
+/// last (first) position of each key in [`group_versions`]' order, found without ordering
+/// the versions within a key. Engines that keep one version per key (deduplicate, first-row)
+/// need only this.
+pub fn winners(keys: &SortKeys, words: &VersionWords, oldest: bool) -> Result<Vec<i64>> {
+    let n = keys.len();
+    check_rows(n)?;
+    if words.seq.len() != n {
+        return Err(KernelError::invalid(format!(
+            "'_seq' has {} rows, the key columns {n}",
+            words.seq.len()
+        )));
+    }
+    if keys.strictly_increasing() {
+        return Ok((0..n as i64).collect());
+    }
+    // Within a key the stable sort leaves rows in input order; a later row wins a tie for
+    // newest and loses it for oldest, as in `group_versions`' stable order of versions.
+    let better = |row: u32, best: u32| {
+        let by_version = words.cmp(row as usize, best as usize);
+        if oldest {
+            by_version.is_lt()
+        } else {
+            by_version.is_ge()
+        }
+    };
+    if let SortKeys::Ints(v) = keys {
+        let starts = run_starts(v);
+        if starts.len() <= MERGED_RUNS {
+            return Ok(merged_winners(v, &starts, better));
+        }
+        // As in `int_versions`: the standard library's stable sort finds and merges the runs.
+        let mut pairs: Vec<(u64, u32)> = v.iter().enumerate().map(|(i, k)| (*k, i as u32)).collect();
+        pairs.sort_by_key(|p| p.0);
+        let mut out = Vec::new();
+        let mut best = pairs.first().map_or(0, |p| p.1);
+        for p in 1..n {
+            let (key, row) = pairs[p];
+            if key != pairs[p - 1].0 {
+                out.push(i64::from(best));
+                best = row;
+            } else if better(row, best) {
+                best = row;
+            }
+        }
+        if n > 0 {
+            out.push(i64::from(best));
+        }
+        return Ok(out);
+    }
+    let order = keys.stable_order();
+    Ok(order
+        .par_chunk_by(|a, b| keys.eq(*a as usize, *b as usize))
+        .map(|group| {
+            let mut best = group[0];
+            for &row in &group[1..] {
+                if better(row, best) {
+                    best = row;
+                }
+            }
+            i64::from(best)
+        })
+        .collect())
+}
+
+/// Up to this many sorted runs, [`winners`] merges them instead of sorting.
+const MERGED_RUNS: usize = 16;
+
+/// Where each run of non-decreasing keys starts.
+fn run_starts(v: &[u64]) -> Vec<usize> {
+    let mut starts = vec![0];
+    starts.extend((1..v.len()).filter(|&i| v[i] < v[i - 1]));
+    starts
+}
+
+/// [`winners`] of integer keys standing in a few sorted runs: the runs merged head by head
+/// (equal keys from the earlier run first, so a key's rows come in input order), each key's
+/// best row kept as its rows pass, no order of all rows built.
+fn merged_winners(v: &[u64], starts: &[usize], better: impl Fn(u32, u32) -> bool) -> Vec<i64> {
+    let n = v.len();
+    let mut heads: Vec<usize> = starts.to_vec();
+    let mut ends: Vec<usize> = starts[1..].to_vec();
+    ends.push(n);
+    let mut out = Vec::with_capacity(n);
+    let mut current: Option<(u64, u32)> = None;
+    loop {
+        let mut pick = usize::MAX;
+        let mut smallest = u64::MAX;
+        for j in 0..heads.len() {
+            if heads[j] < ends[j] && (pick == usize::MAX || v[heads[j]] < smallest) {
+                pick = j;
+                smallest = v[heads[j]];
+            }
+        }
+        if pick == usize::MAX {
+            break;
+        }
+        let row = heads[pick] as u32;
+        heads[pick] += 1;
+        current = match current {
+            Some((key, best)) if key == smallest => {
+                Some((key, if better(row, best) { row } else { best }))
+            }
+            Some((_, best)) => {
+                out.push(i64::from(best));
+                Some((smallest, row))
+            }
+            None => Some((smallest, row)),
+        };
+    }
+    if let Some((_, best)) = current {
+        out.push(i64::from(best));
+    }
+    out
+}
+
 /// Whether every key's versions already stand oldest first in `order`.
 fn in_version_order(keys: &SortKeys, words: &VersionWords, order: &[u32]) -> bool {
     (1..order.len()).into_par_iter().with_min_len(65_536).all(|p| {
@@ -205,7 +315,7 @@ fn order_within_keys(keys: &SortKeys, words: &VersionWords, order: &mut [u32]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use arrow_array::{ArrayRef, Int64Array, StringArray};
+    use arrow_array::{ArrayRef, Float64Array, Int64Array, StringArray};
     use std::sync::Arc;
 
     fn versions(keys: ArrayRef, field: Option<ArrayRef>, seq: Vec<i64>) -> Versions {
@@ -238,9 +348,48 @@ mod tests {
         assert_eq!(v.starts, vec![0, 1, 2]);
     }
 
+    fn winners_of(keys: ArrayRef, field: Option<ArrayRef>, seq: Vec<i64>, oldest: bool) -> Vec<i64> {
+        let keys = SortKeys::new(&[keys]).unwrap();
+        let words = VersionWords::new(field.as_deref(), &seq).unwrap();
+        winners(&keys, &words, oldest).unwrap()
+    }
+
+    #[test]
+    fn winners_are_the_ends_of_each_keys_versions() {
+        for keys in [
+            Arc::new(Int64Array::from(vec![2, 1, 2, 1, 3])) as ArrayRef,
+            Arc::new(StringArray::from(vec!["b", "a", "b", "a", "c"])) as ArrayRef,
+        ] {
+            let seq = vec![4, 3, 1, 2, 0];
+            let v = versions(keys.clone(), None, seq.clone());
+            let last: Vec<i64> = v.starts.iter().skip(1).map(|s| v.order[*s as usize - 1]).chain([4]).collect();
+            let first: Vec<i64> = v.starts.iter().map(|s| v.order[*s as usize]).collect();
+            assert_eq!(winners_of(keys.clone(), None, seq.clone(), false), last);
+            assert_eq!(winners_of(keys, None, seq, true), first);
+        }
+    }
+
+    #[test]
+    fn winners_break_ties_by_input_position() {
+        let keys: ArrayRef = Arc::new(StringArray::from(vec!["a", "a", "a"]));
+        let field: ArrayRef = Arc::new(Int64Array::from(vec![Some(5), Some(5), None]));
+        assert_eq!(winners_of(keys.clone(), Some(field.clone()), vec![1, 1, 9], false), vec![1]);
+        assert_eq!(winners_of(keys, Some(field), vec![1, 1, 9], true), vec![2]);
+    }
+
+    #[test]
+    fn float_keys_equal_zeros_and_nans() {
+        let keys: ArrayRef =
+            Arc::new(Float64Array::from(vec![0.0, -0.0, f64::NAN, -f64::NAN, f64::INFINITY, -1.5]));
+        let v = versions(keys, None, vec![1, 2, 3, 4, 5, 6]);
+        assert_eq!(v.order, vec![5, 0, 1, 4, 2, 3]);
+        assert_eq!(v.starts, vec![0, 1, 3, 4]);
+    }
+
     #[test]
     fn null_keys_are_refused() {
         let keys: ArrayRef = Arc::new(Int64Array::from(vec![Some(1), None]));
         assert!(SortKeys::new(&[keys]).is_err());
     }
 }
+

@@ -2,25 +2,24 @@
 
 The extension (``native/`` in the repository, built by maturin with the package) holds the hot
 loops of primary-key writes and merges: the bucket hash, cutting a write into sorted groups, the
-per-bucket key index, deletion vectors and the sort of the merge kernel. Arrow arrays cross into
-it through the Arrow C data interface without a copy; each kernel runs with the GIL released, on
+per-bucket key index, deletion vectors and the merge kernel's sort. Arrow arrays cross into it
+through the Arrow C data interface without a copy; each kernel runs with the GIL released, on
 Rayon's threads. Kernels return indices, hashes or bytes; Arrow does the column work here.
 
-The numpy path stays beside it while both exist. ``ARROWLAKE_NATIVE=0`` selects the numpy path,
-``ARROWLAKE_NATIVE=1`` requires the extension (an error if it was not built), and unset uses the
-extension when it is there. Errors map onto arrowlake's: input a kernel refuses raises
-:class:`~arrowlake.errors.ValidationError`, and a panic inside a kernel (a defect) raises
-:class:`~arrowlake.errors.ArrowlakeError` naming the operation; the process never aborts.
+It is the only implementation: ``pip install -e .`` builds it (Rust and cargo needed), and a
+call without it raises :class:`~arrowlake.errors.ArrowlakeError` saying so. Errors map onto
+arrowlake's: input a kernel refuses raises :class:`~arrowlake.errors.ValidationError` (a type
+it does not take, :class:`NativeUnsupported`, is one), and a panic inside a kernel (a defect)
+raises :class:`~arrowlake.errors.ArrowlakeError` naming the operation; the process never aborts.
 
 >>> import pyarrow as pa
 >>> from arrowlake import native
->>> native.bucket_of([pa.array([1, 2, 3])], 16).to_pylist() if native.enabled() else [0, 12, 6]
-[0, 12, 6]
+>>> native.bucket_of([pa.array([1, 2, 3])], 16).to_pylist()
+[5, 10, 0]
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any, TypeVar
@@ -29,9 +28,6 @@ import numpy as np
 import pyarrow as pa
 
 from arrowlake.errors import ArrowlakeError, ValidationError
-
-#: The environment variable choosing the implementation: ``0`` numpy, ``1`` native (required).
-ENV = "ARROWLAKE_NATIVE"
 
 _T = TypeVar("_T")
 
@@ -45,9 +41,9 @@ except ImportError as _exc:  # not built (a source tree without `pip install -e 
     _import_error = _exc
 
 
-class NativeUnsupported(Exception):
-    """Raised by the wrappers below when a kernel does not handle an input's types; callers
-    fall back to the numpy path (never reaches users)."""
+class NativeUnsupported(ValidationError):
+    """Input of a type a kernel does not take (a nested key column, a key image of another
+    dtype than integers or fixed-width bytes)."""
 
 
 def available() -> bool:
@@ -55,25 +51,12 @@ def available() -> bool:
     return _module is not None
 
 
-def enabled() -> bool:
-    """Whether the native kernels are used (see :data:`ENV`)."""
-    flag = os.environ.get(ENV, "").strip()
-    if flag == "0":
-        return False
-    if _module is None:
-        if flag == "1":
-            raise ArrowlakeError(
-                f"{ENV}=1 asks for arrowlake's native core, but arrowlake._native is not "
-                f"built ({_import_error}). Build it with `pip install -e .` (needs Rust and "
-                f"cargo), or unset {ENV} to use the numpy path")
-        return False
-    return True
-
-
 def _lib() -> Any:
     if _module is None:
-        raise ArrowlakeError(f"arrowlake._native is not built ({_import_error}); "
-                             "build it with `pip install -e .` (needs Rust and cargo)")
+        raise ArrowlakeError(
+            f"arrowlake's native core (arrowlake._native) is not built ({_import_error}); "
+            "primary-key tables need it. Build it with `pip install -e .` (needs Rust 1.90+ "
+            "and cargo)")
     return _module
 
 
@@ -83,21 +66,19 @@ def _call(operation: str, kernel: Callable[..., _T], *args: Any) -> _T:
     try:
         return kernel(*args)
     except lib.NativeUnsupported as exc:
-        raise NativeUnsupported(str(exc)) from None
+        raise NativeUnsupported(f"{exc} (in {operation})") from None
     except lib.NativeInvalid as exc:
         raise ValidationError(f"{exc} (in {operation})") from None
     except lib.NativePanic as exc:
         raise ArrowlakeError(
             f"arrowlake's native kernel '{operation}' failed: {exc}. This is a defect in "
-            f"arrowlake (please report it); set {ENV}=0 to use the numpy path meanwhile"
-        ) from None
+            "arrowlake; please report it") from None
     except BaseException as exc:
         # pyo3's PanicException (a BaseException) for a panic outside a kernel's guard.
         if type(exc).__name__ == "PanicException":
             raise ArrowlakeError(
                 f"arrowlake's native kernel '{operation}' failed: {exc}. This is a defect in "
-                f"arrowlake (please report it); set {ENV}=0 to use the numpy path meanwhile"
-            ) from None
+                "arrowlake; please report it") from None
         raise
 
 
@@ -164,13 +145,13 @@ def bucket_of(columns: Sequence[pa.Array | pa.ChunkedArray], buckets: int) -> pa
 
 
 def sortable(kind: pa.DataType) -> bool:
-    """Whether the native kernels sort key columns of this type (not floats or nested types:
-    those take the numpy path)."""
+    """Whether the native kernels sort key columns of this type (not nested types)."""
     if pa.types.is_dictionary(kind):
         return sortable(kind.value_type)
     t = pa.types
     return bool(
-        t.is_integer(kind) or t.is_boolean(kind) or t.is_date(kind) or t.is_time(kind)
+        t.is_integer(kind) or t.is_floating(kind) or t.is_boolean(kind) or t.is_date(kind)
+        or t.is_time(kind)
         or t.is_timestamp(kind) or t.is_duration(kind) or t.is_decimal(kind)
         or t.is_string(kind) or t.is_large_string(kind) or t.is_string_view(kind)
         or t.is_binary(kind) or t.is_large_binary(kind) or t.is_binary_view(kind)
@@ -191,6 +172,21 @@ def group_versions(keys: Sequence[pa.Array | pa.ChunkedArray],
     order, starts = _call("group_versions", _lib().group_versions, arrays, field,
                           _ints(seq, np.int64))
     return _numpy(order), _numpy(starts)
+
+
+def winners(keys: Sequence[pa.Array | pa.ChunkedArray],
+            sequence_field: pa.Array | pa.ChunkedArray | None, seq: np.ndarray, *,
+            oldest: bool = False) -> np.ndarray:
+    """The row of each key's newest version (with ``oldest``, its oldest), in key order: the
+    last (first) row of each key in :func:`group_versions`' order, without ordering every
+    key's versions. Raises :class:`NativeUnsupported` for key types the kernel does not
+    sort."""
+    arrays = [_array(c) for c in keys]
+    if not all(sortable(a.type) for a in arrays):
+        raise NativeUnsupported("key type")
+    field = None if sequence_field is None else _array(sequence_field)
+    return _numpy(_call("key_winners", _lib().key_winners, arrays, field,
+                        _ints(seq, np.int64), bool(oldest)))
 
 
 def sorted_groups(keys: Sequence[pa.Array | pa.ChunkedArray], codes: np.ndarray
@@ -233,8 +229,8 @@ def cut_groups(hash_columns: Sequence[pa.Array | pa.ChunkedArray],
 
 
 def index_find(level: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``key_index._find``: per key, whether the sorted ``level`` holds it and where it is or
-    would go (``searchsorted``)."""
+    """Per key, whether the sorted ``level`` holds it and where it is or would go (numpy's
+    ``searchsorted``)."""
     found, at = _call("index_find", _lib().index_find, image_array(level), image_array(keys))
     return _numpy(found).astype(bool, copy=False), _numpy(at)
 
@@ -292,7 +288,7 @@ def index_advance_many(steps: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray,
 
 def index_merge(a: np.ndarray, a_locators: np.ndarray, b: np.ndarray, b_locators: np.ndarray
                 ) -> tuple[np.ndarray, np.ndarray] | tuple[None, None]:
-    """``key_index._merge``: two sorted levels as one, ``(None, None)`` if they share a key."""
+    """Two sorted levels of a key index as one, ``(None, None)`` if they share a key."""
     merged = _call("index_merge", _lib().index_merge, image_array(a), _ints(a_locators, np.int64),
                    image_array(b), _ints(b_locators, np.int64))
     if merged is None:
@@ -303,7 +299,7 @@ def index_merge(a: np.ndarray, a_locators: np.ndarray, b: np.ndarray, b_locators
 
 def index_build(parts: Sequence[tuple[np.ndarray, np.ndarray | None]]
                 ) -> tuple[np.ndarray, np.ndarray] | None:
-    """``key_index.build``'s level: files' sorted images (each with its deleted positions or
+    """A key index's level built from files' sorted images (each with its deleted positions or
     None) as one sorted image with locators; None when the images differ in dtype or a key
     is live twice."""
     return index_build_many([parts])[0]
@@ -367,8 +363,10 @@ def vector_decode(blob: bytes | memoryview) -> np.ndarray:
 
 
 def bitmap_serialize(positions: np.ndarray) -> bytes:
-    """The portable 64-bit roaring bytes of ``positions``, run-optimized (what
-    ``pyroaring.BitMap64.serialize()`` writes after ``run_optimize()``)."""
+    """The portable 64-bit roaring bytes of ``positions``, run-optimized: what
+    ``pyroaring.BitMap64.serialize()`` writes after ``run_optimize()``, except that a container
+    whose runs take as many bytes as its array is written as runs (CRoaring keeps the array);
+    each reads the other's."""
     return bytes(_call("bitmap_serialize", _lib().bitmap_serialize, _ints(positions, np.uint64)))
 
 
@@ -378,14 +376,12 @@ def bitmap_positions(data: bytes) -> np.ndarray:
 
 
 __all__ = [
-    "ENV",
     "NativeUnsupported",
     "available",
     "bitmap_positions",
     "bitmap_serialize",
     "bucket_of",
     "cut_groups",
-    "enabled",
     "group_versions",
     "image_array",
     "image_numpy",
@@ -402,4 +398,5 @@ __all__ = [
     "vector_decode",
     "vector_encode",
     "vector_extend_many",
+    "winners",
 ]

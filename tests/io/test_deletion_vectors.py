@@ -1,4 +1,8 @@
-"""Deletion vectors in Iceberg's ``deletion-vector-v1`` bytes, and Puffin files holding them."""
+"""Deletion vectors in Iceberg's ``deletion-vector-v1`` bytes, and Puffin files holding them.
+
+The bytes are checked against the format's text (a decoder written here from the
+RoaringFormatSpec) and against pyroaring, which reads the blobs arrowlake writes and writes the
+blobs arrowlake reads."""
 
 from __future__ import annotations
 
@@ -7,7 +11,6 @@ import struct
 import zlib
 
 import numpy as np
-import pyarrow as pa
 import pytest
 from pyroaring import BitMap64
 
@@ -15,6 +18,7 @@ from arrowlake.errors import DataFileError
 from arrowlake.io import deletion_vectors as dv
 from arrowlake.io import puffin
 from arrowlake.io.storage import LocalStorage
+from tests.native import reference
 
 POSITION_SETS = {
     "empty": np.array([], dtype=np.int64),
@@ -78,29 +82,38 @@ def _read_bitmap32(data: bytes, at: int) -> tuple[int, list[int]]:
 @pytest.mark.parametrize("name", POSITION_SETS)
 def test_vector_bytes_follow_the_iceberg_blob_layout(name):
     positions = POSITION_SETS[name]
-    blob = dv.encode(dv.vector_of(positions))
+    blob, cardinality = dv.encode_positions(positions)
+    expected = sorted(int(p) for p in positions)
+    assert cardinality == len(expected)
     (length,) = struct.unpack(">I", blob[:4])
     assert length == len(blob) - 8  # magic + vector, not the length field or the CRC
     assert blob[4:8] == bytes([0xD1, 0xD3, 0x39, 0x64])
     (crc,) = struct.unpack(">I", blob[-4:])
     assert crc == zlib.crc32(blob[4:-4])
     vector_bytes = blob[8:-4]
-    assert _portable_positions(vector_bytes) == sorted(int(p) for p in positions)
-    assert list(BitMap64.deserialize(vector_bytes)) == sorted(int(p) for p in positions)
-    decoded = dv.decode(blob, "f.parquet")
-    assert dv.positions_of(decoded).tolist() == sorted(int(p) for p in positions)
+    assert _portable_positions(vector_bytes) == expected
+    # pyroaring reads it, and writes the same bytes (run-optimized) for the same positions,
+    # but for containers where a run and an array are the same size (reference.same_vector).
+    assert list(BitMap64.deserialize(vector_bytes)) == expected
+    assert reference.same_vector(blob, reference.blob(positions))
+    decoded = dv.decode_positions(blob, "f.parquet")
+    assert decoded.dtype == np.uint64 and decoded.tolist() == expected
+    # And the blob pyroaring writes (before run_optimize: other containers) reads alike.
+    plain = reference.frame(reference.bitmap(positions).serialize())
+    assert dv.decode_positions(plain, "f.parquet").tolist() == expected
 
 
-def test_vectors_take_arrow_and_numpy_positions():
-    from_arrow = dv.vector_of(pa.array([5, 1, 9], pa.int64()))
-    assert dv.positions_of(from_arrow).tolist() == [1, 5, 9]
+def test_vectors_take_positions_of_any_integer_type_unsorted():
+    blob, cardinality = dv.encode_positions(np.array([5, 1, 9, 5], np.int32))
+    assert cardinality == 3
+    assert dv.decode_positions(blob, "f.parquet").tolist() == [1, 5, 9]
     with pytest.raises(ValueError, match="negative"):
-        dv.vector_of(np.array([3, -1]))
+        dv.encode_positions(np.array([3, -1]))
 
 
 @pytest.mark.parametrize("damage", ["truncated", "length", "magic", "crc", "bitmap"])
 def test_a_damaged_vector_is_a_data_file_error(damage):
-    blob = bytearray(dv.encode(dv.vector_of(np.arange(0, 1000, 3))))
+    blob = bytearray(dv.encode_positions(np.arange(0, 1000, 3))[0])
     if damage == "truncated":
         blob = blob[:10]
     elif damage == "length":
@@ -113,25 +126,25 @@ def test_a_damaged_vector_is_a_data_file_error(damage):
         body = bytes(blob[4:8]) + b"\x05" + bytes(blob[9:-4])
         blob = bytearray(struct.pack(">I", len(body)) + body
                          + struct.pack(">I", zlib.crc32(body)))
-    with pytest.raises(DataFileError, match="f.parquet"):
-        dv.decode(bytes(blob), "f.parquet")
+    with pytest.raises(DataFileError, match=r"^Deletion vector of f\.parquet is damaged: "):
+        dv.decode_positions(bytes(blob), "f.parquet")
 
 
 def test_keep_mask_covers_a_range_of_positions():
-    deleted = dv.positions_of(dv.vector_of([0, 5, 6, 99, 150]))
+    deleted = dv.decode_positions(dv.encode_positions(np.array([0, 5, 6, 99, 150]))[0], "f")
     assert dv.keep_mask(deleted, 100, 50) is None  # nothing deleted in 100..149
     mask = dv.keep_mask(deleted, 0, 10)
     assert mask is not None and np.flatnonzero(~mask).tolist() == [0, 5, 6]
     mask = dv.keep_mask(deleted, 99, 52)
     assert mask is not None and np.flatnonzero(~mask).tolist() == [0, 51]
-    assert dv.keep_mask(dv.positions_of(BitMap64()), 0, 10) is None
+    assert dv.keep_mask(dv.decode_positions(reference.blob([]), "f"), 0, 10) is None
 
 
 def test_puffin_file_holds_vectors_where_its_footer_says(tmp_path):
     storage = LocalStorage()
     path = str(tmp_path / "dv-1.puffin")
     vectors = {"data/a.parquet": np.arange(0, 100, 2), "data/b.parquet": np.array([2**33])}
-    blobs = [puffin.Blob(dv.encode(dv.vector_of(p)), dv.BLOB_TYPE,
+    blobs = [puffin.Blob(dv.encode_positions(p)[0], dv.BLOB_TYPE,
                          {"referenced-data-file": f, "cardinality": str(len(p))})
              for f, p in vectors.items()]
     locations = puffin.write_puffin(storage, path, blobs)
@@ -150,7 +163,8 @@ def test_puffin_file_holds_vectors_where_its_footer_says(tmp_path):
         assert "compression-codec" not in meta
         assert (meta["offset"], meta["length"]) == (location.offset, location.length)
         blob = puffin.read_blob(storage, location)
-        assert dv.positions_of(dv.decode(blob, name)).tolist() == positions.tolist()
+        assert dv.decode_positions(blob, name).tolist() == positions.tolist()
+        assert reference.blob_positions(blob) == positions.tolist()
     assert puffin.read_footer(storage, path) == footer["blobs"]
 
 
@@ -158,7 +172,7 @@ def test_a_damaged_puffin_file_is_a_data_file_error(tmp_path):
     storage = LocalStorage()
     path = str(tmp_path / "dv.puffin")
     [location] = puffin.write_puffin(
-        storage, path, [puffin.Blob(dv.encode(dv.vector_of([1])), dv.BLOB_TYPE)])
+        storage, path, [puffin.Blob(dv.encode_positions(np.array([1]))[0], dv.BLOB_TYPE)])
     raw = (tmp_path / "dv.puffin").read_bytes()
     (tmp_path / "dv.puffin").write_bytes(raw[:-1])
     with pytest.raises(DataFileError, match="not a Puffin file"):

@@ -106,22 +106,26 @@ def test_same_buckets_in_another_process():
     assert out.strip() == str(here)
 
 
-def test_every_path_gives_the_same_hash():
-    """Long low-cardinality columns are hashed per distinct value, short ones byte by byte,
-    equal-length values as a byte matrix: the bucket of a value never depends on the path."""
-    from arrowlake.merge.bucketing import column_hash
-
+def test_every_layout_gives_the_same_hash():
+    """A value's hash never depends on how its column is laid out: long low-cardinality
+    columns, short ones, equal-length values, every string and binary layout, dictionaries,
+    slices and chunks."""
     values = ["eu", None, "apac", "ü", "", "same-width-1", "same-width-2"] * 5000
+
+    def hashed(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
+        return key_hash(pa.table({"k": column}), ["k"])
+
     column = pa.array(values)
-    hashed = column_hash(column)
-    one_by_one = np.concatenate([column_hash(column.slice(i, 1)) for i in range(7)])
-    assert (hashed[:7] == one_by_one).all()
+    whole = hashed(column)
+    one_by_one = np.concatenate([hashed(column.slice(i, 1)) for i in range(7)])
+    assert (whole[:7] == one_by_one).all()
     for typ in (pa.large_string(), pa.string_view(), pa.binary(), pa.large_binary(),
                 pa.binary_view()):
-        assert (column_hash(column.cast(typ)) == hashed).all(), typ
-    assert (column_hash(column.dictionary_encode()) == hashed).all()
-    assert (column_hash(column.cast(pa.string_view()).dictionary_encode()) == hashed).all()
-    width = pa.array(["same-width-1", "same-width-2"] * 3)  # the byte-matrix path
-    assert (column_hash(width) == hashed[[5, 6] * 3]).all()
+        assert (hashed(column.cast(typ)) == whole).all(), typ
+    assert (hashed(column.dictionary_encode()) == whole).all()
+    assert (hashed(column.cast(pa.string_view()).dictionary_encode()) == whole).all()
+    assert (hashed(pa.chunked_array([column.slice(0, 10), column.slice(10)])) == whole).all()
+    width = pa.array(["same-width-1", "same-width-2"] * 3)
+    assert (hashed(width) == whole[[5, 6] * 3]).all()
     decimals = pa.array([1, 2, None] * 10_000, pa.decimal128(5, 2))
-    assert (column_hash(decimals)[:3] == column_hash(decimals.slice(0, 3))).all()
+    assert (hashed(decimals)[:3] == hashed(decimals.slice(0, 3))).all()

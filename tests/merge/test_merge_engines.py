@@ -702,49 +702,10 @@ def test_aggregation_without_resets_reads_a_restart_as_an_addition():
     assert merged[ROW_KIND].to_pylist() == [RowKind.UPDATE_AFTER.value]
 
 
-@settings(max_examples=60, deadline=None)
-@given(runs=st.lists(st.lists(st.integers(-50, 50), unique=True, max_size=30), min_size=1,
-                     max_size=5),
-       wide=st.booleans())
-def test_shortcut_for_versions_in_input_order_matches_the_general_merge(runs, wide):
-    """Runs concatenated oldest first: the one-sort shortcut picks the same rows as
-    group_versions + newest_versions, newest and oldest, for int and fixed-width keys."""
-    import numpy as np
-
-    from arrowlake.merge.versions import (
-        group_versions,
-        newest_versions,
-        winners_in_input_order,
-    )
-
-    keys = [k for run in runs for k in sorted(run)]
-    seq = [i for i, run in enumerate(runs) for _ in run]
-    key = pa.array(keys, pa.int64())
-    if wide:  # a two-column fixed-width key goes through the byte-matrix path
-        table = pa.table({"a": pa.array([k % 3 for k in keys], pa.int32()), "b": key,
-                          "_seq": pa.array(seq, pa.int64())})
-        names = ["a", "b"]
-    else:
-        table = pa.table({"b": key, "_seq": pa.array(seq, pa.int64())})
-        names = ["b"]
-    for oldest in (False, True):
-        got = winners_in_input_order(table, names, oldest=oldest)
-        if table.num_rows == 0:
-            assert got is None
-            continue
-        versions = group_versions(table, names, order_within_key=False)
-        expected = versions.order[newest_versions(table, versions, oldest=oldest)]
-        assert got is not None and np.array_equal(got, expected)
-
-
-def test_shortcut_declines_out_of_order_versions_and_unsortable_keys():
-    from arrowlake.merge.versions import winners_in_input_order
-
+def test_newer_versions_win_in_any_input_order():
     newer_first = pa.table({"id": [1, 1], "_seq": pa.array([2, 1], pa.int64())})
-    assert winners_in_input_order(newer_first, ["id"]) is None
-    text = pa.table({"id": ["a", "bb"], "_seq": pa.array([1, 2], pa.int64())})
-    assert winners_in_input_order(text, ["id"]) is None
     assert Deduplicate().merge(newer_first, ["id"])["_seq"].to_pylist() == [2]
+    assert FirstRow().merge(newer_first, ["id"])["_seq"].to_pylist() == [1]
 
 
 def test_count_of_a_single_null_version_is_zero_like_a_merged_one():

@@ -1,12 +1,11 @@
 """Writes tests/native/data/buckets_v1.arrow: key values of every key type with the hashes and
-buckets the numpy path (the code every existing lake was written by) gives them. Run once with
-``ARROWLAKE_NATIVE=0 python -m tests.native.make_fixture``; the file is committed and never
-regenerated: it pins the buckets of existing lakes."""
+buckets the numpy hash (the code every existing lake was written by, now
+tests/native/reference.py) gives them. It was run once, as ``python -m tests.native.make_fixture``;
+the file is committed and never regenerated: it pins the buckets of existing lakes."""
 
 from __future__ import annotations
 
 import datetime as dt
-import os
 from decimal import Decimal
 from pathlib import Path
 
@@ -14,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.feather as feather
 
-from arrowlake.merge.bucketing import bucket_of, key_hash
+from tests.native.reference import bucket_of, key_hash
 from tests.native.support import KEY_TYPES, column
 
 FIXTURE = Path(__file__).parent / "data" / "buckets_v1.arrow"
@@ -47,7 +46,6 @@ def _values(kind: str, rng: np.random.Generator) -> list:
 
 
 def build() -> pa.Table:
-    assert os.environ.get("ARROWLAKE_NATIVE") == "0", "the fixture pins the numpy path's values"
     rng = np.random.default_rng(20_240_034)
     table = pa.table({kind: column(kind, _values(kind, rng)) for kind in KEY_TYPES})
     hashes = {f"hash_{kind}": pa.array(key_hash(table, [kind])) for kind in KEY_TYPES}

@@ -1,64 +1,34 @@
-"""Shared by the native-core tests: running code on the numpy path, and random key columns of
-every key type arrowlake supports."""
+"""Shared by the native-core tests: random key columns of every key type arrowlake supports,
+and a plain-Python model of how the kernels order keys."""
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
-import os
-from collections.abc import Callable, Iterator
+import math
+from collections.abc import Sequence
 from decimal import Decimal
+from typing import Any
 
 import pyarrow as pa
 from hypothesis import strategies as st
 
-from arrowlake import native
-
-
-@contextlib.contextmanager
-def numpy_path() -> Iterator[None]:
-    """Run the body with ``ARROWLAKE_NATIVE=0`` (the numpy implementation)."""
-    before = os.environ.get(native.ENV)
-    os.environ[native.ENV] = "0"
-    try:
-        yield
-    finally:
-        if before is None:
-            del os.environ[native.ENV]
-        else:
-            os.environ[native.ENV] = before
-
-
-@contextlib.contextmanager
-def native_path() -> Iterator[None]:
-    """Run the body with ``ARROWLAKE_NATIVE=1`` (the extension, which must be built)."""
-    before = os.environ.get(native.ENV)
-    os.environ[native.ENV] = "1"
-    try:
-        assert native.enabled()
-        yield
-    finally:
-        if before is None:
-            del os.environ[native.ENV]
-        else:
-            os.environ[native.ENV] = before
-
-
-def both(call: Callable[[], object]) -> tuple[object, object]:
-    """``call()`` on the numpy path and on the native one: each result, or the error raised
-    (as ``(type, message)``)."""
-    out = []
-    for path in (numpy_path, native_path):
-        with path():
-            try:
-                out.append(call())
-            except Exception as exc:  # compared, not swallowed
-                out.append((type(exc), str(exc)))
-    return out[0], out[1]
-
-
 _TEXT = st.text(alphabet=st.sampled_from("ab\u00e9\u4e2d\x00z"), max_size=6)
 _BYTES = st.binary(max_size=6)
+
+
+def _value_key(value: Any) -> tuple:
+    """A value as something Python orders like the native kernels: floats numerically with
+    ``-0.0`` equal to ``0.0``, every NaN equal and above everything."""
+    if isinstance(value, float):
+        return (1, 0.0) if math.isnan(value) else (0, value + 0.0)
+    return (0, value)
+
+
+def row_keys(table: pa.Table, key: Sequence[str]) -> list[tuple]:
+    """Each row's key as a tuple that Python compares as the kernels compare keys (a model
+    for the tests: strings by code point, which is UTF-8's byte order)."""
+    columns = [table[name].to_pylist() for name in key]
+    return [tuple(_value_key(c[i]) for c in columns) for i in range(table.num_rows)]
 
 
 def _values(kind: str) -> st.SearchStrategy:

@@ -1,8 +1,10 @@
-"""The native bucket hash equals the numpy one for every key type, composite keys, nulls and
+"""The native bucket hash equals the numpy one (tests/native/reference.py, the hash every lake
+written before the native core was bucketed by) for every key type, composite keys, nulls and
 dictionary columns: existing lakes keep their buckets."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from decimal import Decimal
 
 import numpy as np
@@ -12,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from arrowlake.merge.bucketing import bucket_of, key_hash
-from tests.native.support import KEY_TYPES, both, column, composite_kinds, key_columns
+from tests.native import reference
+from tests.native.support import KEY_TYPES, column, composite_kinds, key_columns
 
 
 def _table(columns: list[pa.Array]) -> pa.Table:
@@ -26,12 +29,12 @@ def test_hash_and_bucket_equal_numpy(data: st.DataObject, kinds: list[str], rows
                                      buckets: int, nulls: bool) -> None:
     table = _table(data.draw(key_columns(rows, kinds, distinct=5, nulls=nulls)))
     key = table.column_names
-    numpy_hash, native_hash = both(lambda: key_hash(table, key))
-    assert isinstance(numpy_hash, np.ndarray) and isinstance(native_hash, np.ndarray)
-    assert native_hash.dtype == np.uint64
-    np.testing.assert_array_equal(native_hash, numpy_hash)
-    numpy_buckets, native_buckets = both(lambda: bucket_of(table, key, buckets))
-    assert native_buckets == numpy_buckets
+    native_hash = key_hash(table, key)
+    assert isinstance(native_hash, np.ndarray) and native_hash.dtype == np.uint64
+    np.testing.assert_array_equal(native_hash, reference.key_hash(table, key))
+    native_buckets = bucket_of(table, key, buckets)
+    assert native_buckets.type == pa.int32()
+    assert native_buckets == reference.bucket_of(table, key, buckets)
 
 
 def _large(kind: str, rng: np.random.Generator, n: int) -> pa.Array:
@@ -58,20 +61,34 @@ def _large(kind: str, rng: np.random.Generator, n: int) -> pa.Array:
 
 @pytest.mark.parametrize("kind", KEY_TYPES)
 def test_large_chunked_columns_of_each_type(kind: str) -> None:
-    # Past 16,384 rows the numpy path dictionary-encodes repetitive text: the same hashes.
+    # Past 16,384 rows the reference dictionary-encodes repetitive text: the same hashes.
     array = _large(kind, np.random.default_rng(7), 20_000)
     table = pa.table({"k": pa.chunked_array([array.slice(0, 7_000), array.slice(7_000)])})
-    numpy_hash, native_hash = both(lambda: key_hash(table, ["k"]))
-    np.testing.assert_array_equal(native_hash, numpy_hash)
+    np.testing.assert_array_equal(key_hash(table, ["k"]), reference.key_hash(table, ["k"]))
 
 
-def test_unhashable_types_are_refused_alike() -> None:
-    table = pa.table({"f": pa.array([1.5, 2.5])})
-    numpy_error, native_error = both(lambda: key_hash(table, ["f"]))
-    assert numpy_error == native_error == (TypeError, "Cannot hash key values of type double")
-    nested = pa.table({"d": pa.array([1.5, 1.5]).dictionary_encode()})
-    assert both(lambda: key_hash(nested, ["d"]))[1] == (
-        TypeError, "Cannot hash key values of type double")
+@pytest.mark.parametrize("call", [lambda t, k: key_hash(t, k),
+                                  lambda t, k: bucket_of(t, k, 4)])
+def test_unhashable_types_are_refused_alike(call: Callable[[pa.Table, list[str]], object]
+                                            ) -> None:
+    """A TypeError naming the type (a dictionary's value type) before the native kernel sees
+    the column, worded as the reference words it."""
+    cases = [
+        ("double", pa.array([1.5, 2.5])),
+        ("double", pa.array([1.5, 1.5]).dictionary_encode()),
+        ("list<item: int64>", pa.array([[1], [2]])),
+        ("struct<a: int64>", pa.array([{"a": 1}, {"a": 2}])),
+    ]
+    for name, values in cases:
+        table = pa.table({"i": [1, 2], "f": values})
+        expected = f"Cannot hash key values of type {name}"
+        for key in (["f"], ["i", "f"]):
+            with pytest.raises(TypeError) as info:
+                call(table, key)
+            assert str(info.value) == expected
+        with pytest.raises(TypeError) as info:
+            reference.key_hash(table, ["f"])
+        assert str(info.value) == expected
 
 
 @pytest.mark.parametrize("kind", [
@@ -107,5 +124,5 @@ def test_every_width_and_unit(kind: pa.DataType) -> None:
     nulls = pa.compute.if_else(mask, pa.scalar(None, array.type), array) \
         if not t.is_dictionary(kind) else array
     table = pa.table({"k": nulls, "i": pa.array(ints)})
-    numpy_hash, native_hash = both(lambda: key_hash(table, ["k", "i"]))
-    np.testing.assert_array_equal(native_hash, numpy_hash)
+    np.testing.assert_array_equal(key_hash(table, ["k", "i"]),
+                                  reference.key_hash(table, ["k", "i"]))

@@ -1,8 +1,11 @@
 """``native.cut_groups`` (hash, bucket and sort in one call, for table/'s cutting of a write)
-equals what the numpy path computes for the same write: ``bucket_of`` and ``unique_run_order``
-on the group codes ``bucket + buckets * partition code``."""
+gives the buckets :func:`bucket_of` gives, and the rows in the order of a plain-Python model:
+by group code ``bucket + buckets * partition code``, then by key; none where a key repeats
+within a group."""
 
 from __future__ import annotations
+
+from itertools import pairwise
 
 import numpy as np
 import pyarrow as pa
@@ -12,14 +15,13 @@ from hypothesis import strategies as st
 
 from arrowlake import native
 from arrowlake.merge.bucketing import bucket_of
-from arrowlake.merge.engines import unique_run_order
-from tests.native.support import composite_kinds, key_columns, numpy_path
+from tests.native.support import composite_kinds, key_columns, row_keys
 
 
 @settings(max_examples=120, deadline=None)
 @given(data=st.data(), kinds=composite_kinds, n=st.integers(1, 40), buckets=st.integers(1, 8),
        partitioned=st.booleans())
-def test_cut_groups_equals_bucket_of_and_unique_run_order(
+def test_cut_groups_equals_bucket_of_and_the_model_order(
         data: st.DataObject, kinds: list[str], n: int, buckets: int, partitioned: bool) -> None:
     keys = data.draw(key_columns(n, kinds, distinct=data.draw(st.integers(2, 40))))
     table = pa.table({f"k{i}": c for i, c in enumerate(keys)})
@@ -32,26 +34,22 @@ def test_cut_groups_equals_bucket_of_and_unique_run_order(
         encoded = pc.dictionary_encode(table[key[0]].combine_chunks(), null_encoding="encode")
         partition_codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
         sort_key = key[1:]
-    with numpy_path():
-        expected_buckets = bucket_of(table, key, buckets)
-        codes = expected_buckets.to_numpy().astype(np.int64)
-        if partition_codes is not None:
-            codes = codes + buckets * partition_codes
-        expected = unique_run_order(table, key, codes,
-                                    constant=[key[0]] if partition_codes is not None else ())
+    expected_buckets = bucket_of(table, key, buckets)
+    codes = expected_buckets.to_numpy().astype(np.int64)
+    if partition_codes is not None:
+        codes = codes + buckets * partition_codes
     of_rows, groups = native.cut_groups([table[k] for k in key], [table[k] for k in sort_key],
                                         buckets, partition_codes)
     assert of_rows == expected_buckets
-    if expected is None:
-        # numpy gives up on repeated keys and on keys without a fixed-width image; the native
-        # kernel only on repeated keys within a group.
-        if groups is not None:
-            order, _, _ = groups
-            assert sorted(order.tolist()) == list(range(n))
+    rows = row_keys(table, sort_key)
+    model = sorted(range(n), key=lambda i: (int(codes[i]), rows[i], i))
+    if any((codes[a], rows[a]) == (codes[b], rows[b])
+           for a, b in pairwise(model)):
+        assert groups is None
         return
     assert groups is not None
     order, starts, group_codes = groups
-    np.testing.assert_array_equal(order, expected)
+    assert order.tolist() == model
     ordered = codes[order]
     np.testing.assert_array_equal(group_codes, ordered[starts])
     np.testing.assert_array_equal(starts, np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]]))

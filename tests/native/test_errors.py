@@ -1,5 +1,5 @@
 """The native core's errors: a panic becomes an arrowlake error naming the operation (the
-process lives on), refused input raises arrowlake's errors, and the switch chooses the path."""
+process lives on), and refused input raises arrowlake's errors."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import pytest
 
 from arrowlake import native
 from arrowlake.errors import ArrowlakeError, ValidationError
-from tests.native.support import native_path, numpy_path
 
 
 def test_a_panic_is_an_arrowlake_error_naming_the_operation() -> None:
@@ -44,13 +43,8 @@ def test_null_keys_are_refused_by_the_kernel_itself() -> None:
         native.group_versions([pa.array([1, None])], None, np.array([1, 2]))
 
 
-def test_unsupported_key_types_fall_back() -> None:
-    with pytest.raises(native.NativeUnsupported):
-        native.group_versions([pa.array([1.5])], None, np.array([1]))
-
-
-def test_the_switch() -> None:
-    with numpy_path():
-        assert not native.enabled()
-    with native_path():
-        assert native.enabled()
+def test_unsupported_key_types_are_refused() -> None:
+    with pytest.raises(ValidationError, match="key type"):
+        native.group_versions([pa.array([[1]])], None, np.array([1]))
+    with pytest.raises(ValidationError, match="Cannot hash key values of type List"):
+        native.key_hash([pa.array([[1]])])

@@ -1,5 +1,6 @@
 """Deletion vectors of the native core: the same bytes as pyroaring's portable 64-bit
-serialization, read both ways, in the deletion-vector-v1 framing of io/deletion_vectors.py."""
+serialization, read both ways, in the deletion-vector-v1 framing of io/deletion_vectors.py
+(pyroaring's side is in tests/native/reference.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from arrowlake import native
 from arrowlake.errors import DataFileError
 from arrowlake.io import deletion_vectors as dv
 from arrowlake.io.storage import LocalStorage
-from tests.native.support import native_path, numpy_path
+from tests.native import reference
 
 LOCAL = LocalStorage()
 
@@ -51,28 +52,56 @@ def test_portable_bytes_equal_pyroaring_both_ways(values: list[int]) -> None:
 
 @settings(max_examples=100, deadline=None)
 @given(new=positions, old=positions)
-def test_blobs_equal_the_numpy_path(new: list[int], old: list[int]) -> None:
+def test_blobs_equal_pyroaring_blobs(new: list[int], old: list[int]) -> None:
+    """A blob of new positions united with a file's earlier ones is the blob pyroaring writes
+    for the union (but for run/array ties, see ``reference.same_vector``), and each side reads
+    the other's."""
     fresh = np.asarray(new, dtype=np.uint64)
     before = np.unique(np.asarray(old, dtype=np.uint64))
-    with numpy_path():
-        expected = dv.encode_positions(fresh, before)
-    with native_path():
-        got = dv.encode_positions(fresh, before)
-        decoded = dv.decode_positions(got[0], "file.parquet")
-    assert got == expected
-    assert got[1] == len(set(new) | set(old))
-    np.testing.assert_array_equal(decoded, np.asarray(sorted(set(new) | set(old)), np.uint64))
-    # pyroaring reads the native blob through the numpy path's decoder.
-    assert list(dv.decode(got[0], "file.parquet")) == sorted(set(new) | set(old))
+    union = sorted(set(new) | set(old))
+    expected = reference.blob(union)
+    got = dv.encode_positions(fresh, before)
+    assert got[1] == len(union) and reference.same_vector(got[0], expected)
+    # pyroaring reads ours, and we read pyroaring's.
+    assert reference.blob_positions(got[0]) == union
+    np.testing.assert_array_equal(dv.decode_positions(expected, "file.parquet"),
+                                  np.asarray(union, np.uint64))
+    decoded = dv.decode_positions(got[0], "file.parquet")
+    assert decoded.dtype == np.uint64
+    np.testing.assert_array_equal(decoded, np.asarray(union, np.uint64))
+    # Without earlier positions, and with them given empty: the blob of the new ones alone.
+    alone = reference.blob(sorted(set(new)))
+    assert dv.encode_positions(fresh) == dv.encode_positions(fresh, before[:0])
+    assert dv.encode_positions(fresh)[1] == len(set(new))
+    assert reference.same_vector(dv.encode_positions(fresh)[0], alone)
+
+
+def test_positions_of_any_integer_dtype() -> None:
+    for values in (np.array([9, 1, 5, 5]), np.array([9, 1, 5], np.int32),
+                   np.array([9, 1, 5], np.uint16), np.array([], np.int64)):
+        blob, cardinality = dv.encode_positions(values)
+        assert cardinality == len(set(values.tolist()))
+        assert reference.same_vector(blob, reference.blob(sorted(set(values.tolist()))))
 
 
 def _blob() -> bytes:
-    return dv.encode(dv.vector_of([1, 5, 9]))
+    return reference.blob([1, 5, 9])
+
+
+WHERE = "f.parquet (kept in the metastore)"
 
 
 @pytest.mark.parametrize("damage", ["short", "length", "magic", "crc", "bitmap"])
-def test_damaged_blobs_are_refused_alike(damage: str) -> None:
+def test_damaged_blobs_are_refused_naming_the_file(damage: str) -> None:
     blob = bytearray(_blob())
+    held = len(blob) - 8  # magic and bitmap
+    said = {  # what each damage is called (a bad bitmap in roaring-rs's words: not pinned)
+        "short": "10 bytes is too short for a deletion-vector-v1 blob",
+        "length": f"its length field says {held ^ 1} bytes, the blob holds {held}",
+        "magic": "wrong magic d0d33964 (expected d1d33964)",
+        "crc": "CRC-32 mismatch",
+        "bitmap": "",
+    }[damage]
     if damage == "short":
         blob = blob[:10]
     elif damage == "length":
@@ -85,56 +114,79 @@ def test_damaged_blobs_are_refused_alike(damage: str) -> None:
         # A bitmap that does not parse, framed correctly.
         body = dv.MAGIC + b"\x05" + b"\x00" * 7
         blob = bytearray(struct.pack(">I", len(body)) + body + struct.pack(">I", zlib.crc32(body)))
-    errors = []
-    for path in (numpy_path, native_path):
-        with path(), pytest.raises(DataFileError) as info:
-            dv.decode_positions(bytes(blob), "f.parquet (kept in the metastore)")
-        errors.append(str(info.value))
-    assert errors[0].startswith("Deletion vector of f.parquet (kept in the metastore) is damaged")
-    if damage != "bitmap":  # pyroaring and roaring-rs word a bad bitmap differently
-        assert errors[0] == errors[1]
-    else:
-        assert errors[1].startswith(errors[0].split(":")[0])
+        with pytest.raises(ValueError):  # pyroaring refuses it too
+            reference.blob_positions(bytes(blob))
+    with pytest.raises(DataFileError) as info:
+        dv.decode_positions(bytes(blob), WHERE)
+    message = str(info.value)
+    assert message.startswith(f"Deletion vector of {WHERE} is damaged: {said}")
+    if damage != "bitmap":
+        assert message == f"Deletion vector of {WHERE} is damaged: {said}"
 
 
 def test_negative_positions_are_refused() -> None:
-    with native_path(), pytest.raises(ValueError, match="never negative"):
+    with pytest.raises(ValueError, match="never negative"):
         dv.encode_positions(np.array([-1, 2]))
+    current = dv.VectorRef(3, blob=_blob())
+    with pytest.raises(ValueError, match="never negative"):
+        dv.extend_many(LOCAL, [(np.array([4, -2]), current, "a.parquet")])
 
 
 @settings(max_examples=40, deadline=None)
 @given(files=st.lists(st.tuples(positions, st.none() | positions), max_size=5))
 def test_many_files_extended_at_once(files: list[tuple[list[int], list[int] | None]]) -> None:
-    """Each file's current vector (a blob, as the metastore keeps it) united with its new
-    positions: the native path unites the blobs as bitmaps, the numpy path decodes them."""
+    """Each file's current vector (a blob pyroaring wrote, as the metastore keeps it) united
+    with its new positions: a blob pyroaring reads as the union. (Not always pyroaring's bytes:
+    where a run container and an array container are the same size, roaring-rs picks the run
+    and CRoaring the array; both are valid portable bitmaps.)"""
     given = []
     for i, (new, old) in enumerate(files):
         current = None
         if old is not None:
-            vector = dv.vector_of(np.asarray(old, np.uint64))
-            current = dv.VectorRef(len(vector), blob=dv.encode(vector))
+            current = dv.VectorRef(len(set(old)), blob=reference.blob(old))
         given.append((np.asarray(new, np.uint64), current, f"f{i}.parquet"))
-    with numpy_path():
-        expected = dv.extend_many(LOCAL, given)
-    with native_path():
-        got = dv.extend_many(LOCAL, given)
-    assert got == expected
+    got = dv.extend_many(LOCAL, given)
+    assert len(got) == len(files)
     for (new, old), (blob, cardinality) in zip(files, got, strict=True):
         union = sorted(set(new) | set(old or []))
         assert cardinality == len(union)
-        assert list(dv.decode(blob, "f.parquet")) == union
+        assert reference.blob_positions(blob) == union
 
 
-@pytest.mark.parametrize("damage", ["crc", "cardinality"])
-def test_extending_a_damaged_vector_names_its_file(damage: str) -> None:
+def test_extending_a_vector_kept_in_a_puffin_file(tmp_path) -> None:
+    """A current vector in a Puffin file (read from its range) is extended like one kept in
+    the metastore; an empty one (cardinality 0) is no vector."""
+    from arrowlake.io import puffin
+
+    path = str(tmp_path / "dv.puffin")
+    [location] = puffin.write_puffin(LOCAL, path, [puffin.Blob(reference.blob([3, 4]),
+                                                               dv.BLOB_TYPE)])
+    kept = dv.VectorRef(2, path=path, offset=location.offset, length=location.length)
+    got = dv.extend_many(LOCAL, [(np.array([1]), kept, "a.parquet"),
+                                 (np.array([7]), dv.VectorRef(0), "b.parquet")])
+    assert got == [(reference.blob([1, 3, 4]), 3), (reference.blob([7]), 1)]
+
+
+@pytest.mark.parametrize("damage", ["crc", "cardinality", "puffin"])
+def test_extending_a_damaged_vector_names_its_file(damage: str, tmp_path) -> None:
     blob = bytearray(_blob())
-    cardinality = 3
+    current = dv.VectorRef(3, blob=bytes(blob))
+    where = r"b\.parquet \(kept in the metastore\)"
     if damage == "crc":
         blob[-1] ^= 1
-    else:
-        cardinality = 4
+        current = dv.VectorRef(3, blob=bytes(blob))
+        said = "CRC-32 mismatch"
+    elif damage == "cardinality":
+        current = dv.VectorRef(4, blob=bytes(blob))
+        said = "it holds 3 positions, the metastore says 4"
+    else:  # a Puffin file's range, its CRC damaged
+        blob[-2] ^= 1
+        (tmp_path / "dv.puffin").write_bytes(b"xx" + bytes(blob))
+        current = dv.VectorRef(3, path=str(tmp_path / "dv.puffin"), offset=2, length=len(blob))
+        where = r"b\.parquet \(in .*dv\.puffin at 2\)"
+        said = "CRC-32 mismatch"
     given = [(np.array([2], np.uint64), None, "a.parquet"),
-             (np.array([2], np.uint64), dv.VectorRef(cardinality, blob=bytes(blob)), "b.parquet")]
-    for path in (numpy_path, native_path):
-        with path(), pytest.raises(DataFileError, match=r"Deletion vector of b\.parquet"):
-            dv.extend_many(LOCAL, given)
+             (np.array([2], np.uint64), current, "b.parquet"),
+             (np.array([2], np.uint64), dv.VectorRef(3, blob=_blob()), "c.parquet")]
+    with pytest.raises(DataFileError, match=rf"^Deletion vector of {where} is damaged: {said}$"):
+        dv.extend_many(LOCAL, given)

@@ -7,30 +7,26 @@ Paimon's 64-bit vectors, so other engines can read them:
 - the magic ``D1 D3 39 64``;
 - the positions as a roaring bitmap in the portable 64-bit layout (8-byte little-endian
   count of 32-bit bitmaps, then each one's 4-byte key and its 32-bit portable roaring
-  bitmap), which is what :meth:`pyroaring.BitMap64.serialize` writes;
+  bitmap), run-optimized: the bytes ``pyroaring.BitMap64.serialize()`` writes after
+  ``run_optimize()``, and that pyroaring (or any portable roaring reader) reads back;
 - 4 bytes, big-endian: CRC-32 of the magic and the bitmap.
 
 Small vectors live in the metastore as these bytes; larger ones are blobs of Puffin files
 (:mod:`arrowlake.io.puffin`). Reading a file with a vector keeps the rows whose position is
 not in it: :func:`keep_mask` gives the mask for a range of positions, computed in numpy.
 
-:func:`encode_positions` and :func:`decode_positions` go from positions to blobs and back
-through the native core (:mod:`arrowlake.native`) when it is on, else through pyroaring; both
-write the same bytes.
+The bitmaps are built, united, written and read by the native core (:mod:`arrowlake.native`):
+:func:`encode_positions` and :func:`decode_positions` go from positions to blobs and back, and
+:func:`extend_many` unites many files' vectors with their new positions in one call.
 """
 
 from __future__ import annotations
 
-import array
 import os
-import struct
-import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import pyarrow as pa
-from pyroaring import BitMap64
 
 from arrowlake import native
 from arrowlake.errors import DataFileError, ValidationError
@@ -41,99 +37,45 @@ from arrowlake.io.storage import Storage
 MAGIC = b"\xd1\xd3\x39\x64"
 #: The Puffin blob type of a deletion vector.
 BLOB_TYPE = "deletion-vector-v1"
-#: Length prefix + magic + an empty bitmap (8-byte count) + CRC.
-_MIN_LENGTH = 4 + len(MAGIC) + 8 + 4
-
-
-def vector_of(positions: Iterable[int] | np.ndarray | pa.Array) -> BitMap64:
-    """A vector holding ``positions`` (row numbers within one file, from 0)."""
-    if isinstance(positions, (pa.Array, pa.ChunkedArray)):
-        positions = positions.to_numpy(zero_copy_only=False)
-    values = np.asarray(positions)
-    if values.size and values.min() < 0:
-        raise ValueError("Row positions are never negative")
-    # pyroaring builds fastest from an array.array of uint64, not from numpy or an iterable.
-    buffer = array.array("Q")
-    buffer.frombytes(np.ascontiguousarray(values, dtype=np.uint64).tobytes())
-    return BitMap64(buffer)
-
-
-def positions_of(vector: BitMap64) -> np.ndarray:
-    """The vector's positions, ascending, as a uint64 numpy array (no per-position Python)."""
-    return np.frombuffer(vector.to_array(), dtype=np.uint64)
-
-
-def encode(vector: BitMap64) -> bytes:
-    """``vector`` as a ``deletion-vector-v1`` blob."""
-    vector.run_optimize()
-    body = MAGIC + vector.serialize()
-    return struct.pack(">I", len(body)) + body + struct.pack(">I", zlib.crc32(body))
-
-
-def decode(blob: bytes | memoryview, where: str) -> BitMap64:
-    """The vector in a ``deletion-vector-v1`` blob; :class:`DataFileError` naming ``where`` (the
-    data file the vector belongs to, and where the blob was kept) if the blob is damaged."""
-    data = bytes(blob)
-    if len(data) < _MIN_LENGTH:
-        raise DataFileError(f"Deletion vector of {where} is damaged: {len(data)} bytes is too "
-                            "short for a deletion-vector-v1 blob")
-    (length,) = struct.unpack(">I", data[:4])
-    if length != len(data) - 8:
-        raise DataFileError(f"Deletion vector of {where} is damaged: its length field says "
-                            f"{length} bytes, the blob holds {len(data) - 8}")
-    body = data[4:-4]
-    if body[:4] != MAGIC:
-        raise DataFileError(f"Deletion vector of {where} is damaged: wrong magic "
-                            f"{body[:4].hex()} (expected {MAGIC.hex()})")
-    (crc,) = struct.unpack(">I", data[-4:])
-    if crc != zlib.crc32(body):
-        raise DataFileError(f"Deletion vector of {where} is damaged: CRC-32 mismatch")
-    try:
-        return BitMap64.deserialize(body[4:])
-    except Exception as exc:  # pyroaring raises ValueError, or others on corrupt input
-        raise DataFileError(f"Deletion vector of {where} is damaged: {exc}") from None
 
 
 def encode_positions(positions: np.ndarray, before: np.ndarray | None = None
                      ) -> tuple[bytes, int]:
     """The ``deletion-vector-v1`` blob of ``positions`` united with the positions a file's
     vector held ``before`` (ascending, as :func:`decode_positions` gives them), and the
-    cardinality of the union."""
-    if native.enabled():
-        return native.vector_encode(np.asarray(positions), before)
-    vector = vector_of(positions)
-    if before is not None and len(before):
-        vector |= vector_of(before)
-    return encode(vector), len(vector)
+    cardinality of the union. Negative positions raise :class:`ValueError`."""
+    return native.vector_encode(np.asarray(positions), before)
 
 
 def extend_many(storage: Storage, files: Sequence[tuple[np.ndarray, VectorRef | None, str]]
                 ) -> list[tuple[bytes, int]]:
     """Each file's new vector: ``(new positions, its current vector or None, its path)`` to
-    the blob and cardinality of their union. On the native path one call extends every file
-    in parallel without the GIL, uniting each current blob as a bitmap (its positions are
-    never listed); a damaged blob is then read again here, so that the error names its file."""
-    if native.enabled():
-        given: list[tuple[np.ndarray, bytes | None, int]] = []
-        for positions, current, path in files:
-            if current is None or not current.cardinality:
-                given.append((positions, None, 0))
-            else:
-                given.append((positions, current._blob(storage, path)[0], current.cardinality))
-        try:
-            return native.vector_extend_many(given)
-        except ValidationError:
-            pass  # a damaged vector: the per-file path below names it
-    return [encode_positions(positions, current.positions(storage, path)
-                             if current is not None and current.cardinality else None)
-            for positions, current, path in files]
+    the blob and cardinality of their union. One call extends every file in parallel without
+    the GIL, uniting each current blob as a bitmap (its positions are never listed). A damaged
+    current blob raises :class:`DataFileError` naming its file: the blobs are then checked
+    again one by one (:func:`decode_positions` and the recorded cardinality)."""
+    given: list[tuple[np.ndarray, bytes | None, int]] = []
+    stored: list[tuple[VectorRef, bytes, str]] = []
+    for positions, current, path in files:
+        if current is None or not current.cardinality:
+            given.append((positions, None, 0))
+        else:
+            blob, where = current._blob(storage, path)
+            given.append((positions, blob, current.cardinality))
+            stored.append((current, blob, where))
+    try:
+        return native.vector_extend_many(given)
+    except ValidationError:
+        for current, blob, where in stored:  # the damaged one raises, naming its file
+            current._check(len(decode_positions(blob, where)), where)
+        raise
 
 
 def decode_positions(blob: bytes | memoryview, where: str) -> np.ndarray:
-    """The positions of a ``deletion-vector-v1`` blob, ascending (uint64); damage raises
-    :class:`DataFileError` naming ``where`` as :func:`decode` does."""
-    if not native.enabled():
-        return positions_of(decode(blob, where))
+    """The positions of a ``deletion-vector-v1`` blob, ascending (uint64); a damaged blob (too
+    short, a wrong length field, magic or CRC-32, a bitmap that does not parse) raises
+    :class:`DataFileError` naming ``where`` (the data file the vector belongs to, and where
+    the blob was kept)."""
     try:
         return native.vector_decode(blob)
     except ValidationError as exc:
@@ -142,7 +84,7 @@ def decode_positions(blob: bytes | memoryview, where: str) -> np.ndarray:
 
 def keep_mask(deleted: np.ndarray, start: int, length: int) -> np.ndarray | None:
     """A boolean mask over positions ``start .. start + length - 1``, True where the row is
-    kept, given a file's ``deleted`` positions (ascending, as :func:`positions_of` returns
+    kept, given a file's ``deleted`` positions (ascending, as :func:`decode_positions` returns
     them). None when none of those rows is deleted: the caller keeps them as they are."""
     if length <= 0 or deleted.size == 0:
         return None
@@ -189,13 +131,6 @@ class VectorRef:
         if positions.nbytes <= DECODED_BYTES // 4:  # a few huge ones would evict the rest
             _DECODED.put(self, positions)
         return positions
-
-    def bitmap(self, storage: Storage, data_file: str) -> BitMap64:
-        """The vector as a bitmap (checked against the recorded cardinality)."""
-        blob, where = self._blob(storage, data_file)
-        vector = decode(blob, where)
-        self._check(len(vector), where)
-        return vector
 
     def _blob(self, storage: Storage, data_file: str) -> tuple[bytes, str]:
         """The vector's bytes, and where they were kept (for errors)."""

@@ -37,13 +37,10 @@ from arrowlake.merge.versions import (
     RowKind,
     group_versions,
     is_retraction,
-    native_versions,
-    newest_versions,
     row_kinds,
-    sortable_key,
     take,
     take_rows,
-    winners_in_input_order,
+    winners,
 )
 
 
@@ -114,17 +111,8 @@ class Deduplicate(MergeEngine):
         kinds = row_kinds(table)
         if self.ignore_delete:
             table, kinds = _drop_retractions(table, kinds)
-        ordered = native_versions(table, sort_key, sequence_field)
-        if ordered is not None:
-            return _finish(table, kinds, ordered.last_rows(), keep_retractions,
-                           ordered.all_unique)
-        if sequence_field is None:
-            rows = winners_in_input_order(table, sort_key)
-            if rows is not None:
-                return _finish(table, kinds, rows, keep_retractions, True)
-        versions = group_versions(table, sort_key, sequence_field, order_within_key=False)
-        newest = versions.order[newest_versions(table, versions, sequence_field)]
-        return _finish(table, kinds, newest, keep_retractions, versions.all_unique)
+        newest = winners(table, sort_key, sequence_field)
+        return _finish(table, kinds, newest, keep_retractions, len(newest) == table.num_rows)
 
 
 @dataclass(frozen=True)
@@ -149,16 +137,8 @@ class FirstRow(MergeEngine):
         sort_key: list[str],
     ) -> pa.Table:
         table, kinds = _drop_retractions(table, row_kinds(table))
-        ordered = native_versions(table, sort_key, sequence_field)
-        if ordered is not None:
-            return _finish(table, kinds, ordered.first_rows(), False, ordered.all_unique)
-        if sequence_field is None:
-            rows = winners_in_input_order(table, sort_key, oldest=True)
-            if rows is not None:
-                return _finish(table, kinds, rows, False, True)
-        versions = group_versions(table, sort_key, sequence_field, order_within_key=False)
-        oldest = versions.order[newest_versions(table, versions, sequence_field, oldest=True)]
-        return _finish(table, kinds, oldest, False, versions.all_unique)
+        oldest = winners(table, sort_key, sequence_field, oldest=True)
+        return _finish(table, kinds, oldest, False, len(oldest) == table.num_rows)
 
 
 @dataclass(frozen=True)
@@ -430,26 +410,9 @@ def unique_run_order(
     """
     if not _one_sort_applies(table, engine or Deduplicate()):
         return None
-    if native.enabled():
-        columns = [_plain_key(table, name) for name in _sort_key(key, constant)]
-        try:
-            found = native.sorted_groups(columns, groups)
-        except native.NativeUnsupported:
-            found = None  # key types the kernel does not sort: the numpy path below
-        else:
-            return None if found is None else found[0]
-    sortable = sortable_key(table, _sort_key(key, constant))
-    if sortable is None:
-        return None
-    # Any order of equal keys will do: they are in different groups (else None below).
-    order = np.argsort(sortable)
-    # A stable sort by group (a radix sort on small integers) keeps the key order within one.
-    small = groups.astype(np.int16) if groups.max(initial=0) < (1 << 15) else groups
-    order = order[np.argsort(small[order], kind="stable")].astype(np.int64, copy=False)
-    ordered_groups, ordered_keys = groups[order], sortable[order]
-    repeated = (ordered_groups[1:] == ordered_groups[:-1]) & \
-        (ordered_keys[1:] == ordered_keys[:-1])
-    return None if bool(repeated.any()) else order
+    columns = _sort_columns(table, key, constant)
+    found = native.sorted_groups(columns, groups)
+    return None if found is None else found[0]
 
 
 def _one_sort_applies(table: pa.Table, engine: MergeEngine) -> bool:
@@ -476,27 +439,25 @@ def cut_groups(table: pa.Table, key: Sequence[str], buckets: int,
     partition code`` (``partition_codes``: each row's partition as a small integer, None
     without partitions). Otherwise None (the caller deduplicates each group).
 
-    On the native path the hash and the sort are one call without the GIL."""
-    engine = engine or Deduplicate()
-    if native.enabled() and _one_sort_applies(table, engine):
-        columns = [_plain_key(table, name) for name in _sort_key(key, constant)]
-        hashed = [table.column(name) for name in key]
-        for column in hashed:
-            check_hashable(column)
-        try:
-            return native.cut_groups(hashed, columns, buckets, partition_codes)
-        except native.NativeUnsupported:
-            pass  # key types the kernel does not sort: the path below
-    bucket = bucket_of(table, key, buckets)
-    codes = bucket.to_numpy().astype(np.int64)
-    if partition_codes is not None:
-        codes = codes + buckets * partition_codes
-    order = unique_run_order(table, key, codes, engine, constant=constant)
-    if order is None:
-        return bucket, None
-    ordered = codes[order]
-    starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
-    return bucket, (order, starts.astype(np.int64), ordered[starts])
+    The hash and the sort are one native call without the GIL."""
+    if not _one_sort_applies(table, engine or Deduplicate()):
+        return bucket_of(table, key, buckets), None
+    hashed = [table.column(name) for name in key]
+    for column in hashed:
+        check_hashable(column)
+    return native.cut_groups(hashed, _sort_columns(table, key, constant), buckets,
+                             partition_codes)
+
+
+def _sort_columns(table: pa.Table, key: Sequence[str], constant: Sequence[str]
+                  ) -> list[pa.Array]:
+    """The key columns a write's rows are sorted by, refused as the merge refuses them."""
+    columns = [_plain_key(table, name) for name in _sort_key(key, constant)]
+    for name, column in zip(_sort_key(key, constant), columns, strict=True):
+        if not native.sortable(column.type):
+            raise ValidationError(
+                f"Column '{name}' of type {column.type} cannot be part of a primary key")
+    return columns
 
 
 def _plain_key(table: pa.Table, name: str) -> pa.Array:

@@ -4,13 +4,17 @@ Rows of a bucket arrive as several sorted runs concatenated. :func:`group_versio
 key and, within a key, from the oldest version to the newest, and finds where each key's versions
 begin.
 Engines then reduce each key's versions with whole-array operations (``numpy`` ``reduceat`` over
-the group boundaries, Arrow ``take``), never a Python loop over rows.
+the group boundaries, Arrow ``take``), never a Python loop over rows; engines that keep one
+version per key ask :func:`winners` for it instead.
 
-Sorting is the cost that matters. Runs are already sorted by key, so a stable sort that detects
-existing runs (numpy's timsort) merges them in near-linear time; keys are therefore turned into one
-numpy array that compares like the key: the integers themselves for an integer or temporal key, or
-fixed-width byte strings (big-endian, sign bit flipped) for fixed-width composite keys. Keys of
-other shapes (variable-length strings, decimals, floats) fall back to Arrow's ``sort_indices``.
+Sorting is the cost that matters, and it is the native core's
+(:func:`arrowlake.native.group_versions`, :func:`arrowlake.native.winners`): runs are already
+sorted by key, so a stable sort that finds the runs merges them in near-linear time, without the
+GIL. Floating-point keys (which tables refuse, but the engines take) compare as numbers with
+``-0.0`` equal to ``0.0`` and every NaN equal to every other, above ``+inf``.
+
+:func:`sortable_key` is another thing: one numpy array per row that orders like the key (the
+integers themselves, or fixed-width byte strings), the image the key index keeps.
 """
 
 from __future__ import annotations
@@ -127,154 +131,72 @@ def group_versions(
     key: Sequence[str],
     sequence_field: str | None = None,
     seq: np.ndarray | None = None,
-    *,
-    order_within_key: bool = True,
 ) -> KeyVersions:
     """Sort the rows of ``table`` by key, then from oldest to newest version.
 
     Versions are ordered by ``sequence_field`` (nulls oldest) when given, then by ``seq`` (the
-    ``_seq`` column by default, the row position when ``table`` has none). With
-    ``order_within_key=False`` the versions of a key stay in input order, for engines that only
-    pick one version (see :func:`newest_versions`).
+    ``_seq`` column by default, the row position when ``table`` has none), then by input
+    position. One call of the native kernel (:func:`arrowlake.native.group_versions`).
     """
     n = table.num_rows
-    key_columns = [_key_column(table, name) for name in key]
-    if not key:
-        raise ValidationError("A primary-key merge needs at least one key column")
+    key_columns = _kernel_keys(table, key)
     if seq is None:
         seq = _sequence(table)
     if n == 0:
         empty = np.empty(0, np.int64)
         return KeyVersions(empty, empty, empty)
-    found = _native_versions(table, key_columns, sequence_field, seq)
-    if found is not None:
-        return found
-    sortable = _memcomparable(key_columns)
-    if sortable is not None:
-        if _strictly_increasing(sortable):
-            everything = np.arange(n, dtype=np.int64)
-            return KeyVersions(everything, everything, everything + 1)
-        order = np.argsort(sortable, kind="stable").astype(np.int64, copy=False)
-        ordered = sortable[order]
-        changed = ordered[1:] != ordered[:-1]
-    else:
-        sort_keys = [(f"k{i}", "ascending") for i in range(len(key_columns))]
-        keys_table = pa.table({f"k{i}": c for i, c in enumerate(key_columns)})
-        order = pc.sort_indices(keys_table, sort_keys=sort_keys).to_numpy().astype(np.int64)
-        changed = np.zeros(n - 1, dtype=bool)
-        for column in key_columns:
-            ordered_column = column.take(order)
-            different = pc.not_equal(ordered_column.slice(1), ordered_column.slice(0, n - 1))
-            changed |= _to_bool_numpy(different)
-
-    starts = np.flatnonzero(np.concatenate(([True], changed))).astype(np.int64)
-    ends = np.append(starts[1:], n).astype(np.int64)
-    if len(starts) < n and order_within_key:
-        order = _order_versions(table, order, starts, ends, sequence_field, seq)
-    return KeyVersions(order, starts, ends)
-
-
-def native_versions(table: pa.Table, key: Sequence[str], sequence_field: str | None = None
-                    ) -> KeyVersions | None:
-    """The versions of every key fully ordered (as :func:`group_versions` with
-    ``order_within_key``) by the native kernel, or None when it is off or does not take these
-    key types (the caller then takes the numpy path). Each key's newest version is then its
-    last position, the oldest its first."""
-    if not native.enabled():
-        return None
-    key_columns = [_key_column(table, name) for name in key]
-    if not key:
-        raise ValidationError("A primary-key merge needs at least one key column")
-    seq = _sequence(table)
-    if table.num_rows == 0:
-        empty = np.empty(0, np.int64)
-        return KeyVersions(empty, empty, empty)
-    return _native_versions(table, key_columns, sequence_field, seq)
-
-
-def _native_versions(table: pa.Table, key_columns: list[pa.Array], sequence_field: str | None,
-                     seq: np.ndarray) -> KeyVersions | None:
-    if not native.enabled() or not all(native.sortable(c.type) for c in key_columns):
-        return None
-    field = None
-    if sequence_field is not None and sequence_field in table.column_names:
-        field = table[sequence_field].combine_chunks()
-    try:
-        order, starts = native.group_versions(key_columns, field, seq)
-    except native.NativeUnsupported:
-        return None  # a sequence field of a type the kernel does not rank
-    n = len(order)
-    if sequence_field is not None and field is None and len(starts) < n:
-        _version_words(table, sequence_field, seq)  # raises ColumnNotFound, as numpy would
+    field = _sequence_column(table, sequence_field)
+    order, starts = native.group_versions(key_columns, field, seq)
+    if len(starts) < n:
+        _require_sequence_field(table, sequence_field)
     return KeyVersions(order, starts, np.append(starts[1:], n).astype(np.int64))
 
 
-def newest_versions(
-    table: pa.Table,
-    versions: KeyVersions,
-    sequence_field: str | None = None,
-    seq: np.ndarray | None = None,
-    *,
-    oldest: bool = False,
-) -> np.ndarray:
-    """The position of the newest (or oldest) version of each key, in any version order.
-
-    A per-key lexicographic arg-max over (sequence field, ``seq``): a few ``reduceat`` passes,
-    cheaper than ordering every key's versions when only the winner matters.
-    """
-    if versions.all_unique:
-        return versions.starts
-    if seq is None:
-        seq = _sequence(table)
-    words = [versions.sorted(word) for word in _version_words(table, sequence_field, seq)]
-    if _in_version_order(words, versions.ends):
-        return versions.starts if oldest else versions.ends - 1
-    candidate = np.ones(versions.num_rows, dtype=bool)
-    for word in words:
-        if word.dtype.kind == "f":
-            neutral = np.inf if oldest else -np.inf
-        else:
-            limits = np.iinfo(word.dtype)
-            neutral = limits.max if oldest else limits.min
-        reduce = np.minimum if oldest else np.maximum
-        best = reduce.reduceat(np.where(candidate, word, neutral), versions.starts)
-        candidate &= word == versions.per_position(best)
-    # ``seq`` is unique, so one candidate is left per key (ties only if ``seq`` repeats).
-    return versions.first_where(candidate) if oldest else versions.last_where(candidate)
-
-
-def winners_in_input_order(table: pa.Table, key: Sequence[str], *, oldest: bool = False
-                           ) -> np.ndarray | None:
-    """The row of each key's newest (or oldest) version, in key order, or None when this
-    shortcut does not apply.
-
-    It applies when versions already stand in version order down the table (``_seq`` never
-    decreases: runs concatenated oldest first) and the key has a memcomparable form. Then one
-    stable sort by key leaves each key's versions oldest first, and the winner is the last (or
-    first) row of its group: what :func:`group_versions` and :func:`newest_versions` find, with
-    a few passes over the rows instead of a dozen.
-    """
+def winners(table: pa.Table, key: Sequence[str], sequence_field: str | None = None, *,
+            oldest: bool = False) -> np.ndarray:
+    """The row of each key's newest version (with ``oldest``, its oldest), in key order: the
+    last (first) row of each key in :func:`group_versions`' order, found without ordering
+    every key's versions (what deduplicate and first-row keep). One native call."""
+    key_columns = _kernel_keys(table, key)
     n = table.num_rows
     if n == 0:
+        return np.empty(0, np.int64)
+    rows = native.winners(key_columns, _sequence_column(table, sequence_field),
+                          _sequence(table), oldest=oldest)
+    if len(rows) < n:
+        _require_sequence_field(table, sequence_field)
+    return rows
+
+
+def _kernel_keys(table: pa.Table, key: Sequence[str]) -> list[pa.Array]:
+    """The key columns for the native kernels: present, never null, of a type they sort."""
+    if not key:
+        raise ValidationError("A primary-key merge needs at least one key column")
+    columns = [_key_column(table, name) for name in key]
+    for name, column in zip(key, columns, strict=True):
+        if not native.sortable(column.type):
+            raise ValidationError(
+                f"Column '{name}' of type {column.type} cannot be part of a primary key: key "
+                "columns must be integers, floats, booleans, dates, times, timestamps, "
+                "durations, decimals, strings or binaries")
+    return columns
+
+
+def _sequence_column(table: pa.Table, sequence_field: str | None) -> pa.Array | None:
+    """The sequence field's column, or None without one (or when the data lacks it: see
+    :func:`_require_sequence_field`)."""
+    if sequence_field is None or sequence_field not in table.column_names:
         return None
-    seq = _sequence(table)
-    if not bool(np.all(seq[1:] >= seq[:-1])):
-        return None
-    sortable = _memcomparable([_key_column(table, name) for name in key])
-    if sortable is None:
-        return None
-    if _strictly_increasing(sortable):
-        return np.arange(n, dtype=np.int64)
-    order = np.argsort(sortable, kind="stable")
-    ordered = sortable[order]
-    boundary = np.empty(n, dtype=bool)
-    if oldest:
-        boundary[0] = True
-        np.not_equal(ordered[1:], ordered[:-1], out=boundary[1:])
-    else:
-        boundary[-1] = True
-        np.not_equal(ordered[1:], ordered[:-1], out=boundary[:-1])
-    return np.asarray(order[boundary], dtype=np.int64)
+    return table[sequence_field].combine_chunks()
+
+
+def _require_sequence_field(table: pa.Table, sequence_field: str | None) -> None:
+    """Refuse versions to order by a sequence field the data does not hold (data whose every
+    key has one version needs none)."""
+    if sequence_field is not None and sequence_field not in table.column_names:
+        raise ColumnNotFound(
+            f"Sequence field '{sequence_field}' is not in the data; "
+            f"columns are {table.column_names}")
 
 
 def sortable_key(table: pa.Table, key: Sequence[str]) -> np.ndarray | None:
@@ -384,10 +306,6 @@ def _to_numpy(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
     return np.asarray(column.to_numpy(zero_copy_only=False))
 
 
-def _to_bool_numpy(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
-    return np.asarray(_to_numpy(column), dtype=bool)
-
-
 def _integer_view(column: pa.Array) -> np.ndarray | None:
     """The column as a numpy integer array ordered like the column, or None."""
     kind = column.type
@@ -464,75 +382,3 @@ def _memcomparable(columns: Sequence[pa.Array]) -> np.ndarray | None:
 
 def _strictly_increasing(values: np.ndarray) -> bool:
     return bool(np.all(values[1:] > values[:-1]))
-
-
-def _version_words(
-    table: pa.Table, sequence_field: str | None, seq: np.ndarray
-) -> list[np.ndarray]:
-    """Numeric arrays, most significant first, ordering the versions of one key oldest first."""
-    words: list[np.ndarray] = []
-    if sequence_field is not None:
-        if sequence_field not in table.column_names:
-            raise ColumnNotFound(
-                f"Sequence field '{sequence_field}' is not in the data; "
-                f"columns are {table.column_names}"
-            )
-        column = table[sequence_field].combine_chunks()
-        valid = np.asarray(column.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-        words.append(valid.astype(np.uint8))  # nulls first: no sequence value means oldest
-        if column.null_count:
-            # Values under nulls are irrelevant (the validity word decides); drop the bitmap so
-            # numpy sees plain integers, and zero them so nulls tie and fall back to ``seq``.
-            column = pa.Array.from_buffers(
-                column.type, len(column), [None, *column.buffers()[1:]], offset=column.offset
-            )
-        ints = _integer_view(column)
-        if ints is None:
-            if pa.types.is_floating(column.type):
-                ints = column.to_numpy(zero_copy_only=False)
-            else:
-                ints = pc.rank(column, sort_keys="ascending", tiebreaker="dense").to_numpy()
-        ints = np.where(valid, ints, 0)
-        words.append(ints)
-    words.append(seq)
-    return words
-
-
-def _in_version_order(words: list[np.ndarray], ends: np.ndarray) -> bool:
-    """Whether every key's positions are already oldest first (words in position order)."""
-    n = len(words[0])
-    if n < 2:
-        return True
-    same_key = np.ones(n - 1, dtype=bool)
-    same_key[ends[:-1] - 1] = False
-    before = np.zeros(n - 1, dtype=bool)
-    equal = np.ones(n - 1, dtype=bool)
-    for word in words:
-        before |= equal & (word[:-1] < word[1:])
-        equal &= word[:-1] == word[1:]
-    return bool(np.all(before | equal | ~same_key))
-
-
-def _order_versions(
-    table: pa.Table,
-    order: np.ndarray,
-    starts: np.ndarray,
-    ends: np.ndarray,
-    sequence_field: str | None,
-    seq: np.ndarray,
-) -> np.ndarray:
-    """Reorder each key's positions from oldest to newest version."""
-    words = [w[order] for w in _version_words(table, sequence_field, seq)]
-    # A stable sort by key keeps the input order inside a key, which is already the version order
-    # when the runs were concatenated oldest first; check before paying for another sort.
-    if _in_version_order(words, ends):
-        return order
-    # Only keys with several versions need reordering; sort just their positions.
-    sizes = ends - starts
-    group = np.repeat(np.arange(len(starts), dtype=np.int64), sizes)
-    several = np.repeat(sizes > 1, sizes)
-    subset = np.flatnonzero(several)
-    permutation = np.lexsort([*(w[subset] for w in reversed(words)), group[subset]])
-    order = order.copy()
-    order[subset] = order[subset[permutation]]
-    return order

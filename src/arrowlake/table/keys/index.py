@@ -14,6 +14,10 @@ from the files' cached key columns (:mod:`arrowlake.table.keys.lookup`). After a
 writer advances the index itself (:meth:`KeyIndex.advanced`): it drops the rows it marked
 deleted and inserts the keys of the files it wrote, so a process that writes a table in a
 loop never rebuilds it.
+
+The searches, merges and builds run in the native core (:mod:`arrowlake.native`): the
+``*_many`` functions here take many buckets at once, which one call handles in parallel
+without the GIL.
 """
 
 from __future__ import annotations
@@ -39,10 +43,6 @@ RECENT_SHARE = 4
 #: Row positions take the low bits of a locator, the file's number in the index the rest.
 _POSITION_BITS = 40
 _POSITION_MASK = (1 << _POSITION_BITS) - 1
-
-
-def _locators(file_number: int, positions: np.ndarray) -> np.ndarray:
-    return (np.int64(file_number) << _POSITION_BITS) | positions.astype(np.int64)
 
 
 @dataclass(frozen=True)
@@ -76,16 +76,8 @@ class KeyIndex:
     def search(self, keys_image: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(slots, indices into keys_image)`` of the written keys that are live: a binary
         search per key and level. Slots below ``len(base)`` are base entries, the others
-        ``len(base) +`` a recent entry."""
-        if native.enabled():
-            return native.index_search(self.base, self.dead, self.recent, keys_image)
-        in_base, at_base = _find(self.base, keys_image)
-        in_base[in_base] = ~self.dead[at_base[in_base]]
-        in_recent, at_recent = _find(self.recent, keys_image)
-        incoming = np.flatnonzero(in_base | in_recent).astype(np.int64)
-        slots = np.where(in_base[incoming], at_base[incoming],
-                         len(self.base) + at_recent[incoming]).astype(np.int64)
-        return slots, incoming
+        ``len(base) +`` a recent entry. Dead base entries are not live."""
+        return native.index_search(self.base, self.dead, self.recent, keys_image)
 
     def where(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(file numbers, row positions)`` of the entries at ``slots``."""
@@ -103,49 +95,9 @@ class KeyIndex:
         when the result would not hold each key once (the next lookup then builds one)."""
         return advance_many([(self, removed_slots, added, state)])[0]
 
-    def _numpy_levels(self, removed_slots: np.ndarray, added: Sequence[np.ndarray]
-                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-        """The numpy path of :func:`advance_many` up to the merge into the base: ``(dead,
-        recent, recent locators)``, or None when a key would be held twice."""
-        n = len(self.base)
-        dead = self.dead.copy()
-        dead[removed_slots[removed_slots < n]] = True
-        keep = np.ones(len(self.recent), dtype=bool)
-        keep[removed_slots[removed_slots >= n] - n] = False
-        recent, recent_locators = self.recent[keep], self.recent_locators[keep]
-        for number, image in enumerate(added, start=len(self.files)):
-            in_base, at_base = _find(self.base, image)
-            if in_base.any() and not bool(dead[at_base[in_base]].all()):
-                return None  # a written key still live in the base
-            merged, merged_locators = _merge(
-                recent, recent_locators, image,
-                _locators(number, np.arange(len(image), dtype=np.int64)))
-            if merged is None or merged_locators is None:
-                return None
-            recent, recent_locators = merged, merged_locators
-        return dead, recent, recent_locators
-
-    def _settled(self, levels: tuple[np.ndarray, np.ndarray, np.ndarray] | None,
-                 added: Sequence[str], state: State) -> KeyIndex | None:
-        """The index of the new levels (numpy path), its recent level merged into the base
-        once it passes a quarter of it."""
-        if levels is None:
-            return None
-        dead, recent, recent_locators = levels
-        files = (*self.files, *added)
-        if len(recent) * RECENT_SHARE <= max(len(self.base), 4096):
-            return KeyIndex(self.base, self.base_locators, dead, recent, recent_locators, files,
-                            state)
-        live = ~dead
-        base, base_locators = _merge(self.base[live], self.base_locators[live], recent,
-                                     recent_locators)
-        if base is None or base_locators is None:
-            return None
-        return _base_only(base, base_locators, files, state)
-
     def _from_native(self, advanced: native.Advanced | None, added: Sequence[str],
                      state: State) -> KeyIndex | None:
-        """The index :func:`native.index_advance_many` described."""
+        """The index :func:`native.index_advance_many` described (None: it gave none)."""
         if advanced is None:
             return None
         files = (*self.files, *added)
@@ -158,12 +110,10 @@ class KeyIndex:
 
 def search_many(searches: Sequence[tuple[KeyIndex, np.ndarray]]
                 ) -> list[tuple[np.ndarray, np.ndarray]]:
-    """:meth:`KeyIndex.search` of many buckets: ``(index, keys image)`` each. On the native
-    path one call searches every bucket in parallel without the GIL."""
-    if native.enabled():
-        return native.index_search_many([(index.base, index.dead, index.recent, keys)
-                                         for index, keys in searches])
-    return [index.search(keys) for index, keys in searches]
+    """:meth:`KeyIndex.search` of many buckets: ``(index, keys image)`` each. One call
+    searches every bucket in parallel without the GIL."""
+    return native.index_search_many([(index.base, index.dead, index.recent, keys)
+                                     for index, keys in searches])
 
 
 Step = tuple[KeyIndex, np.ndarray, Sequence[tuple[str, np.ndarray]], State]
@@ -171,42 +121,23 @@ Step = tuple[KeyIndex, np.ndarray, Sequence[tuple[str, np.ndarray]], State]
 
 def advance_many(steps: Sequence[Step]) -> list[KeyIndex | None]:
     """:meth:`KeyIndex.advanced` of many buckets: ``(index, removed slots, added files,
-    state)`` each. On the native path one call advances every bucket in parallel without the
-    GIL."""
+    state)`` each. One call advances every bucket in parallel without the GIL: each bucket's
+    removed rows are marked dead (or dropped from the recent level), the added files' keys
+    merged into the recent level, and the recent level merged into the base once it holds
+    more than ``1/RECENT_SHARE`` of it (or of 4096 entries, for a small base). None for a
+    bucket whose added images are of another dtype than its index's, or whose result would
+    not hold each key once (a written key still live)."""
     # Images of another dtype than the index's cannot join it.
     fits = [all(image.dtype == index.base.dtype for _, image in added)
             for index, _, added, _ in steps]
-    if native.enabled():
-        given = [(index.base, index.base_locators, index.dead, index.recent,
-                  index.recent_locators, np.asarray(removed, dtype=np.int64),
-                  [image for _, image in added], len(index.files))
-                 for (index, removed, added, _), ok in zip(steps, fits, strict=True) if ok]
-        advanced = iter(native.index_advance_many(given, RECENT_SHARE))
-        return [index._from_native(next(advanced) if ok else None,
-                                   [path for path, _ in added], state)
-                for (index, _, added, state), ok in zip(steps, fits, strict=True)]
-    levels = [index._numpy_levels(removed, [image for _, image in added]) if ok else None
-              for (index, removed, added, _), ok in zip(steps, fits, strict=True)]
-    return [index._settled(level, [path for path, _ in added], state)
-            for (index, _, added, state), level in zip(steps, levels, strict=True)]
-
-
-def _merge(a: np.ndarray, a_locators: np.ndarray, b: np.ndarray, b_locators: np.ndarray
-           ) -> tuple[np.ndarray, np.ndarray] | tuple[None, None]:
-    """Two sorted levels as one, in one pass over both; (None, None) if they share a key."""
-    if native.enabled():
-        return native.index_merge(a, a_locators, b, b_locators)
-    found, at = _find(a, b)
-    if found.any():
-        return None, None
-    at = at + np.arange(len(b))
-    image = np.empty(len(a) + len(b), dtype=a.dtype)
-    locators = np.empty(len(image), dtype=np.int64)
-    from_a = np.ones(len(image), dtype=bool)
-    from_a[at] = False
-    image[from_a], image[at] = a, b
-    locators[from_a], locators[at] = a_locators, b_locators
-    return image, locators
+    given = [(index.base, index.base_locators, index.dead, index.recent,
+              index.recent_locators, np.asarray(removed, dtype=np.int64),
+              [image for _, image in added], len(index.files))
+             for (index, removed, added, _), ok in zip(steps, fits, strict=True) if ok]
+    advanced = iter(native.index_advance_many(given, RECENT_SHARE))
+    return [index._from_native(next(advanced) if ok else None,
+                               [path for path, _ in added], state)
+            for (index, _, added, state), ok in zip(steps, fits, strict=True)]
 
 
 def _base_only(image: np.ndarray, locators: np.ndarray, files: tuple[str, ...],
@@ -216,29 +147,12 @@ def _base_only(image: np.ndarray, locators: np.ndarray, files: tuple[str, ...],
                     locators[:0], files, state)
 
 
-def _find(level: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per key: whether ``level`` (sorted) holds it, and where (or where it would go)."""
-    if native.enabled():
-        return native.index_find(level, keys)
-    at = np.searchsorted(level, keys)
-    found = np.zeros(len(keys), dtype=bool)
-    inside = at < len(level)
-    found[inside] = level[at[inside]] == keys[inside]
-    return found, at
-
-
-def _unique(image: np.ndarray) -> bool:
-    return len(image) < 2 or bool(np.all(image[1:] > image[:-1]))
-
-
 Parts = Sequence[tuple[str, np.ndarray, np.ndarray | None]]
 
 
 def build_many(buckets: Sequence[tuple[Parts, State]]) -> list[KeyIndex | None]:
-    """:func:`build` of many buckets: ``(parts, state)`` each. On the native path one call
-    builds every bucket in parallel without the GIL."""
-    if not native.enabled():
-        return [build(parts, state) for parts, state in buckets]
+    """:func:`build` of many buckets: ``(parts, state)`` each. One call builds every bucket
+    in parallel without the GIL."""
     built = native.index_build_many([[(image, deleted) for _, image, deleted in parts]
                                      for parts, _ in buckets])
     return [None if one is None else _base_only(*one, tuple(p for p, _, _ in parts), state)
@@ -247,31 +161,9 @@ def build_many(buckets: Sequence[tuple[Parts, State]]) -> list[KeyIndex | None]:
 
 def build(parts: Parts, state: State) -> KeyIndex | None:
     """The index of files ``parts``: (path, its sorted key image, its deleted positions or
-    None); None when the images do not share one type or a key is live twice."""
-    if not parts:
-        return None
-    if native.enabled():
-        return build_many([(parts, state)])[0]
-    dtype = parts[0][1].dtype
-    images, locators = [], []
-    for i, (_, image, deleted) in enumerate(parts):
-        if image.dtype != dtype:
-            return None
-        rows = np.arange(len(image), dtype=np.int64)
-        if deleted is not None and len(deleted):
-            keep = np.ones(len(image), dtype=bool)
-            keep[deleted[deleted < len(image)].astype(np.int64)] = False
-            image, rows = image[keep], rows[keep]
-        images.append(image)
-        locators.append(_locators(i, rows))
-    image = np.concatenate(images)
-    # Each file's image is sorted already: a stable sort merges the runs.
-    order = np.argsort(image, kind="stable")
-    image = image[order]
-    if not _unique(image):
-        return None
-    return _base_only(image, np.concatenate(locators)[order], tuple(p for p, _, _ in parts),
-                      state)
+    None), its keys all in the base level; None when there are no parts, the images do not
+    share one dtype or a key is live twice."""
+    return build_many([(parts, state)])[0]
 
 
 _INDEXES: SizedLRU[KeyIndex] = SizedLRU(INDEX_CACHE_BYTES, lambda index: index.nbytes)

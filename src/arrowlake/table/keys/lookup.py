@@ -96,8 +96,8 @@ class Lookup:
 def locate_many(storage: Storage, file_schemas: dict[int, pa.Schema], schema: pa.Schema,
                 key: Sequence[str], lookups: Sequence[Lookup]) -> list[Matches]:
     """:func:`locate` of many buckets. The buckets with a key index are searched in one
-    call (:func:`~arrowlake.table.keys.index.search_many`: in parallel, without the GIL, on
-    the native path); the others file by file."""
+    call (:func:`~arrowlake.table.keys.index.search_many`: in parallel, without the GIL);
+    the others file by file."""
     out: list[Matches | None] = [None] * len(lookups)
     images = [sortable_key(one.keys, key) for one in lookups]
     wanted = [i for i, (one, image) in enumerate(zip(lookups, images, strict=True))
@@ -435,17 +435,10 @@ def remember_written(storage: Storage, location: str,
 
 def _search_sorted(stored: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(positions in stored, indices into keys)`` of the keys found in ``stored`` (sorted,
-    unique): one binary search per written key."""
-    if native.enabled():
-        found, at = native.index_find(stored, keys)
-        incoming = np.flatnonzero(found).astype(np.int64)
-        return at[incoming], incoming
-    at = np.searchsorted(stored, keys)
-    inside = at < len(stored)
-    found = np.zeros(len(keys), dtype=bool)
-    found[inside] = stored[at[inside]] == keys[inside]
+    unique): one binary search per written key, in the native core."""
+    found, at = native.index_find(stored, keys)
     incoming = np.flatnonzero(found).astype(np.int64)
-    return at[incoming].astype(np.int64), incoming
+    return at[incoming].astype(np.int64, copy=False), incoming
 
 
 def _match_file(storage: Storage, task: FileTask, file_schema: pa.Schema, schema: pa.Schema,
@@ -460,14 +453,9 @@ def _match_file(storage: Storage, task: FileTask, file_schema: pa.Schema, schema
     else:
         positions, incoming = match_keys(stored.table, keys, key)
     if task.deletes is not None and task.deletes.cardinality and len(positions):
-        if native.enabled():
-            deleted = task.deletes.positions(storage, task.path)
-            live = ~native.index_find(deleted, positions.astype(np.uint64))[0]
-        else:
-            deleted = task.deletes.positions(storage, task.path).astype(np.int64)
-            at = np.searchsorted(deleted, positions)
-            live = (at >= len(deleted)) | (deleted[np.minimum(at, len(deleted) - 1)]
-                                           != positions)
+        # The deleted positions are sorted (uint64): a binary search per match.
+        deleted = task.deletes.positions(storage, task.path)
+        live = ~native.index_find(deleted, positions.astype(np.uint64))[0]
         positions, incoming = positions[live], incoming[live]
     return positions, incoming
 
