@@ -4,8 +4,8 @@
 //! positions as a roaring bitmap in the portable 64-bit layout (`RoaringTreemap`'s
 //! serialization, which is CRoaring's and so pyroaring's `BitMap64.serialize()`), and a
 //! 4-byte big-endian CRC-32 of the magic and the bitmap. Bitmaps are run-optimized before
-//! they are written, as pyroaring's `run_optimize()` does, except that a container whose runs
-//! take as many bytes as its array is kept as runs here and as an array there.
+//! they are written, as pyroaring's `run_optimize()` does, to the same bytes (see
+//! [`serialize`]).
 
 use roaring::RoaringTreemap;
 
@@ -28,8 +28,21 @@ pub fn bitmap(positions: &[u64]) -> RoaringTreemap {
     RoaringTreemap::from_sorted_iter(sorted).unwrap_or_default()
 }
 
-/// The portable serialization of `vector`, run-optimized first.
+/// The portable serialization of `vector`, run-optimized first: the bytes pyroaring writes for
+/// the same positions after `run_optimize()`.
+///
+/// Run containers go back to arrays or bitmaps before the optimization. A union with a vector
+/// read from a blob starts from its run containers, and `optimize` keeps a run where it is as
+/// big as the array it could be; from an array it keeps the array, as CRoaring does for a
+/// bitmap built from positions. So the bytes depend on the positions alone, not on history.
 pub fn serialize(vector: &mut RoaringTreemap) -> Vec<u8> {
+    if vector.bitmaps().any(|(_, bitmap)| bitmap.statistics().n_run_containers > 0) {
+        *vector = RoaringTreemap::from_bitmaps(vector.bitmaps().map(|(high, bitmap)| {
+            let mut plain = bitmap.clone();
+            plain.remove_run_compression();
+            (high, plain)
+        }));
+    }
     vector.optimize();
     let mut bytes = Vec::with_capacity(vector.serialized_size());
     vector.serialize_into(&mut bytes).expect("writing to a Vec cannot fail");

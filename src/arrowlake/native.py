@@ -363,10 +363,8 @@ def vector_decode(blob: bytes | memoryview) -> np.ndarray:
 
 
 def bitmap_serialize(positions: np.ndarray) -> bytes:
-    """The portable 64-bit roaring bytes of ``positions``, run-optimized: what
-    ``pyroaring.BitMap64.serialize()`` writes after ``run_optimize()``, except that a container
-    whose runs take as many bytes as its array is written as runs (CRoaring keeps the array);
-    each reads the other's."""
+    """The portable 64-bit roaring bytes of ``positions``, run-optimized (what
+    ``pyroaring.BitMap64.serialize()`` writes after ``run_optimize()``)."""
     return bytes(_call("bitmap_serialize", _lib().bitmap_serialize, _ints(positions, np.uint64)))
 
 

@@ -292,13 +292,6 @@ def unframe(data: bytes) -> bytes:
     return data[8:-4]
 
 
-def same_vector(ours: bytes, theirs: bytes) -> bool:
-    """Whether two blobs hold the same positions in a bitmap of the same size: pyroaring's
-    bytes, except where roaring-rs writes a run container as big as CRoaring's array
-    container (it takes the run on a tie, CRoaring the array)."""
-    return len(ours) == len(theirs) and blob_positions(ours) == blob_positions(theirs)
-
-
 def blob_positions(data: bytes) -> list[int]:
     """The positions pyroaring reads from a blob, ascending."""
     return list(BitMap64.deserialize(unframe(data)))
