@@ -127,11 +127,12 @@ class BucketLeases:
         return int(self.seconds * 1000)
 
     def take(self, table: Table, buckets: Sequence[int]) -> list[int]:
-        return table._metastore.acquire_bucket_leases(
-            table._record.table_id, buckets, self.holder, self.ms, leases.holder_alive)
+        return table.state.metastore.acquire_bucket_leases(
+            table.state.record.table_id, buckets, self.holder, self.ms, leases.holder_alive)
 
     def give_up(self, table: Table, buckets: Sequence[int]) -> None:
-        table._metastore.release_bucket_leases(self.holder, table._record.table_id, buckets)
+        state = table.state
+        state.metastore.release_bucket_leases(self.holder, state.record.table_id, buckets)
 
 
 def _chunks(due: list[DueBucket], limit: int) -> Iterator[list[DueBucket]]:
@@ -168,7 +169,7 @@ def compact_due(table: Table, holds: BucketLeases, budget: ByteBudget,
     With deletion vectors a chunk is one bucket: a write that deletes rows of a file being
     rewritten makes the rewrite void, so the shorter each one, the likelier it lands beside
     a busy writer; a voided one is retried at once (:data:`VECTOR_RETRIES` times)."""
-    vectors = table._record.deletion_vectors
+    vectors = table.state.record.deletion_vectors
     due = vector_compaction.due_vector_buckets(table.state) if vectors else \
         compaction.due_buckets(table.state)
     for chunk in _chunks(due, 1 if vectors else budget.chunk):
@@ -179,7 +180,7 @@ def compact_due(table: Table, holds: BucketLeases, budget: ByteBudget,
         if not taken:
             continue
         try:
-            with registered_write(table._metastore, table._record.table_id, "maintain"):
+            with registered_write(table.state.metastore, table.state.record.table_id, "maintain"):
                 _compact_chunk(table, chunk, taken, vectors, budget, stop, emit)
         finally:
             holds.give_up(table, taken)
@@ -216,7 +217,7 @@ def _compacted(table: Table, result: CompactionResult, buckets: list[int],
 def expire_by_policy(table: Table) -> Action | None:
     """Expire the snapshots the table's ``snapshot.retain-last`` and ``snapshot.max-age``
     allow (never a tagged one, the current one, or one a consumer still needs)."""
-    policy = maintenance_policy(table._record.properties)
+    policy = maintenance_policy(table.state.record.properties)
     if not policy.expires:
         return None
     started = time.monotonic()
@@ -234,7 +235,7 @@ def expire_by_policy(table: Table) -> Action | None:
 def remove_orphans_by_policy(table: Table) -> Action | None:
     """Delete the files under the table no snapshot references that are older than its
     ``orphan.min-age`` (default 1 d: a write in progress has files it has not committed)."""
-    policy = maintenance_policy(table._record.properties)
+    policy = maintenance_policy(table.state.record.properties)
     started = time.monotonic()
     result = remove_orphan_files(table.state, timedelta(seconds=policy.orphan_min_age),
                                  dry_run=False)
