@@ -527,48 +527,151 @@ pub fn build(parts: &[(Image, Option<&[u64]>)]) -> Result<Option<(Vec<u8>, Vec<i
     let Some((first, _)) = parts.first() else {
         return Ok(None);
     };
-    let mut live: Vec<(usize, Vec<bool>)> = Vec::with_capacity(parts.len()); // (part, dropped)
-    for (p, (image, deleted)) in parts.iter().enumerate() {
+    for (image, _) in parts {
         if image.kind != first.kind || image.width != first.width {
             return Ok(None);
         }
         if image.len() as u64 >= 1 << POSITION_BITS {
             return Err(KernelError::unsupported("A file of 2**40 rows or more"));
         }
-        let mut dropped = vec![false; image.len()];
-        if let Some(deleted) = deleted {
-            for &d in deleted.iter() {
-                if (d as usize) < image.len() {
-                    dropped[d as usize] = true;
-                }
-            }
-        }
-        live.push((p, dropped));
     }
+    // Deleted positions ascending and once each (what a vector decodes to), else sorted here.
+    let deleted: Vec<std::borrow::Cow<'_, [u64]>> = parts
+        .iter()
+        .map(|(_, d)| match d {
+            None => std::borrow::Cow::Borrowed(&[][..]),
+            Some(d) if d.windows(2).all(|w| w[0] < w[1]) => std::borrow::Cow::Borrowed(*d),
+            Some(d) => {
+                let mut sorted = d.to_vec();
+                sorted.sort_unstable();
+                sorted.dedup();
+                std::borrow::Cow::Owned(sorted)
+            }
+        })
+        .collect();
+    let deleted: Vec<&[u64]> = deleted.iter().map(|d| d.as_ref()).collect();
     let (kind, width) = (first.kind, first.width);
     Ok(match (kind, width) {
-        (Kind::Signed, 8) => build_by(parts, &live, |p, r| i64_at(parts[p].0.data, r)),
-        (Kind::Unsigned, 8) => build_by(parts, &live, |p, r| u64_at(parts[p].0.data, r)),
-        (Kind::Bytes, w) => build_by(parts, &live, |p, r| &parts[p].0.data[r * w..(r + 1) * w]),
-        _ => build_by(parts, &live, |p, r| parts[p].0.int(r)),
+        (Kind::Signed, 8) => build_by(parts, &deleted, |p, r| i64_at(parts[p].0.data, r)),
+        (Kind::Unsigned, 8) => build_by(parts, &deleted, |p, r| u64_at(parts[p].0.data, r)),
+        (Kind::Bytes, w) => build_by(parts, &deleted, |p, r| &parts[p].0.data[r * w..(r + 1) * w]),
+        _ => build_by(parts, &deleted, |p, r| parts[p].0.int(r)),
     })
 }
 
-/// [`build`] over keys read by `key(part, row)`: every live entry with its key and locator,
-/// sorted by key with the standard library's stable sort, which finds the parts' sorted runs
-/// and merges them (near-linear time), in one monomorphic loop per image kind; `None` if a
-/// key is live twice.
+/// Up to this many parts, sorted each, [`build`] merges them head by head instead of sorting.
+const MERGED_PARTS: usize = 32;
+
+/// [`build`] over keys read by `key(part, row)`, `deleted` each part's deleted positions
+/// (ascending): `None` if a key is live twice. Files' images are sorted, so a few parts are
+/// merged head by head, in one pass and without a sort; many parts, or parts out of order,
+/// go through a sort of every live entry.
 fn build_by<K: Ord + Copy>(
     parts: &[(Image, Option<&[u64]>)],
-    live: &[(usize, Vec<bool>)],
+    deleted: &[&[u64]],
     key: impl Fn(usize, usize) -> K,
 ) -> Option<(Vec<u8>, Vec<i64>)> {
-    let total = live.iter().map(|(_, d)| d.iter().filter(|x| !**x).count()).sum();
-    let mut entries: Vec<(K, i64)> = Vec::with_capacity(total);
-    for (p, dropped) in live {
-        let file = (*p as i64) << POSITION_BITS;
+    let sorted = |p: usize| (1..parts[p].0.len()).all(|r| key(p, r - 1) < key(p, r));
+    if parts.len() <= MERGED_PARTS && (0..parts.len()).all(sorted) {
+        return merge_by(parts, deleted, key);
+    }
+    sort_by(parts, deleted, key)
+}
+
+/// [`build_by`] of parts sorted each (strictly): the parts' live rows merged head by head.
+/// The part with the smallest head goes on without another look at the others while its keys
+/// stay below their heads (a compacted file and a few small ones: long stretches of one part).
+fn merge_by<K: Ord + Copy>(
+    parts: &[(Image, Option<&[u64]>)],
+    deleted: &[&[u64]],
+    key: impl Fn(usize, usize) -> K,
+) -> Option<(Vec<u8>, Vec<i64>)> {
+    struct Head<K> {
+        part: usize,
+        row: usize,
+        end: usize,
+        skip: usize, // the next deleted position of the part not passed yet
+        key: K,
+    }
+    // The row moved to the next live row of part `p` from `row` on (or to `end`).
+    let settle = |p: usize, row: &mut usize, end: usize, skip: &mut usize| {
+        let gone = deleted[p];
+        while *row < end && *skip < gone.len() && gone[*skip] as usize <= *row {
+            if gone[*skip] as usize == *row {
+                *row += 1;
+            }
+            *skip += 1;
+        }
+    };
+    let mut heads: Vec<Head<K>> = Vec::with_capacity(parts.len());
+    let mut total = 0;
+    for (p, (image, _)) in parts.iter().enumerate() {
+        let gone = deleted[p].iter().filter(|d| (**d as usize) < image.len()).count();
+        total += image.len() - gone;
+        let (mut row, mut skip) = (0, 0);
+        settle(p, &mut row, image.len(), &mut skip);
+        if row < image.len() {
+            heads.push(Head { part: p, row, end: image.len(), skip, key: key(p, row) });
+        }
+    }
+    let width = parts[0].0.width;
+    let mut data = Vec::with_capacity(total * width);
+    let mut locators = Vec::with_capacity(total);
+    let mut last: Option<K> = None;
+    while !heads.is_empty() {
+        let mut pick = 0;
+        for j in 1..heads.len() {
+            if heads[j].key < heads[pick].key {
+                pick = j;
+            }
+        }
+        let bound = (0..heads.len()).filter(|j| *j != pick).map(|j| heads[j].key).min();
+        let head = &mut heads[pick];
+        let image = &parts[head.part].0;
+        let file = (head.part as i64) << POSITION_BITS;
+        loop {
+            if last == Some(head.key) {
+                return None; // a key live twice
+            }
+            last = Some(head.key);
+            data.extend_from_slice(image.bytes(head.row));
+            locators.push(file | head.row as i64);
+            head.row += 1;
+            settle(head.part, &mut head.row, head.end, &mut head.skip);
+            if head.row == head.end {
+                break;
+            }
+            head.key = key(head.part, head.row);
+            if bound.is_some_and(|b| head.key >= b) {
+                break;
+            }
+        }
+        if heads[pick].row == heads[pick].end {
+            heads.swap_remove(pick);
+        }
+    }
+    Some((data, locators))
+}
+
+/// [`build_by`] through a sort: every live entry with its key and locator, sorted by key
+/// with the standard library's stable sort, which finds the parts' sorted runs and merges
+/// them; `None` if a key is live twice.
+fn sort_by<K: Ord + Copy>(
+    parts: &[(Image, Option<&[u64]>)],
+    deleted: &[&[u64]],
+    key: impl Fn(usize, usize) -> K,
+) -> Option<(Vec<u8>, Vec<i64>)> {
+    let mut entries: Vec<(K, i64)> = Vec::new();
+    for (p, (image, _)) in parts.iter().enumerate() {
+        let mut dropped = vec![false; image.len()];
+        for &d in deleted[p] {
+            if (d as usize) < image.len() {
+                dropped[d as usize] = true;
+            }
+        }
+        let file = (p as i64) << POSITION_BITS;
         entries.extend(
-            dropped.iter().enumerate().filter(|(_, d)| !**d).map(|(r, _)| (key(*p, r), file | r as i64)),
+            dropped.iter().enumerate().filter(|(_, d)| !**d).map(|(r, _)| (key(p, r), file | r as i64)),
         );
     }
     entries.sort_by_key(|e| e.0);
@@ -733,3 +836,4 @@ mod tests {
         assert!(build(&[(a, None), (b, None)]).unwrap().is_none());
     }
 }
+
