@@ -127,8 +127,8 @@ fn dense_ranks(column: &dyn Array, t: &DataType) -> Result<Vec<u64>> {
     Ok(ranks)
 }
 
-/// Sort the rows by key, then each key's versions from oldest to newest.
-pub fn group_versions(keys: &SortKeys, words: &VersionWords) -> Result<Versions> {
+/// The row count of `keys`, checked against the kernels' limit and `_seq`'s length.
+fn checked_rows(keys: &SortKeys, words: &VersionWords) -> Result<usize> {
     let n = keys.len();
     check_rows(n)?;
     if words.seq.len() != n {
@@ -137,6 +137,12 @@ pub fn group_versions(keys: &SortKeys, words: &VersionWords) -> Result<Versions>
             words.seq.len()
         )));
     }
+    Ok(n)
+}
+
+/// Sort the rows by key, then each key's versions from oldest to newest.
+pub fn group_versions(keys: &SortKeys, words: &VersionWords) -> Result<Versions> {
+    let n = checked_rows(keys, words)?;
     if keys.strictly_increasing() {
         let order: Vec<i64> = (0..n as i64).collect();
         return Ok(Versions { starts: order.clone(), order });
@@ -185,14 +191,7 @@ fn int_versions(keys: &[u64], words: &VersionWords) -> Versions {
 /// the versions within a key. Engines that keep one version per key (deduplicate, first-row)
 /// need only this.
 pub fn winners(keys: &SortKeys, words: &VersionWords, oldest: bool) -> Result<Vec<i64>> {
-    let n = keys.len();
-    check_rows(n)?;
-    if words.seq.len() != n {
-        return Err(KernelError::invalid(format!(
-            "'_seq' has {} rows, the key columns {n}",
-            words.seq.len()
-        )));
-    }
+    let n = checked_rows(keys, words)?;
     if keys.strictly_increasing() {
         return Ok((0..n as i64).collect());
     }
