@@ -120,8 +120,8 @@ def cases(rows: int, table_rows: int, buckets: int) -> list[Case]:
             run_keys = np.unique(run_keys)
             n = len(run_keys)
             parts.append(pa.table({"id": run_keys, "v": rng.integers(0, 1000, n),
-                                   "w": pa.array(np.where(rng.random(n) < 0.3, None,
-                                                          rng.integers(0, 9, n)), pa.int64()),
+                                   "w": pa.array(rng.integers(0, 9, n), pa.int64(),
+                                                 mask=rng.random(n) < 0.3),
                                    "_row_kind": np.zeros(n, np.int8),
                                    "_seq": np.full(n, seq, np.int64)}))
         bucket_runs.append(pa.concat_tables(parts))

@@ -147,7 +147,7 @@ def same_rows(got: pa.Table, expected: pa.Table) -> bool:
 # -- measuring ------------------------------------------------------------------------------------
 
 
-def median_time(fn: Callable[[], Any], runs: int, setup: Callable[[], Any] | None = None
+def median_time(fn: Callable[..., Any], runs: int, setup: Callable[[], Any] | None = None
                 ) -> tuple[float, Any]:
     times, out = [], None
     for _ in range(runs):
@@ -645,7 +645,8 @@ def main() -> None:
                     lambda: DeltaTable(paths[-1]).to_pyarrow_table(), runs)
                 assert dout.num_rows == n_live, (dout.num_rows, n_live)
                 delta_note = f"deltalake {deltalake.__version__}"
-        long = long_run(root, args.rows, args.long_upserts, runs, args.encodings, properties) \
+        tail_run: LongRun | None = long_run(root, args.rows, args.long_upserts, runs,
+                                            args.encodings, properties) \
             if args.long_upserts else None
         paimon_note = ("pypaimon: not measured (2.x pins pyarrow<20, pandas<3, polars<2); issue "
                        "reference: 58 s upserts, 57 s full read")
@@ -706,8 +707,8 @@ def main() -> None:
         print(delta_note)
     print(paimon_note)
     print()
-    if long is not None:
-        print_long(args.rows, args.long_upserts, long, properties)
+    if tail_run is not None:
+        print_long(args.rows, args.long_upserts, tail_run, properties)
         print()
     mb = 1 << 20
     print(f"{'peak memory of the full read (MiB)':44} {'arrow':>10} {'rss':>10} "

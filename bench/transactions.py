@@ -107,12 +107,13 @@ def main() -> None:
             else:
                 alone.append(timed(one_by_one))
                 together.append(timed(in_one))
-        a, t = statistics.median(alone), statistics.median(together)
+        one_s, tx_s = statistics.median(alone), statistics.median(together)
         metastore = "PostgreSQL" if args.postgres else "SQLite"
         print(f"3 tables of {args.rows:,} rows, upserts of {args.upsert:,} each, {metastore}, "
               f"{args.runs} runs (medians)")
-        print(f"{'three writes one by one':<32}{a:>9.3f} s")
-        print(f"{'one transaction of three':<32}{t:>9.3f} s   {t / a:.2f}x  (target <= 1.1x)")
+        print(f"{'three writes one by one':<32}{one_s:>9.3f} s")
+        print(f"{'one transaction of three':<32}{tx_s:>9.3f} s   {tx_s / one_s:.2f}x  "
+              "(target <= 1.1x)")
         print(f"{'range one by one':<32}{min(alone):>9.3f} - {max(alone):.3f} s")
         print(f"{'range in a transaction':<32}{min(together):>9.3f} - {max(together):.3f} s")
         ratios = [mine / theirs for theirs, mine in zip(alone, together, strict=True)]
