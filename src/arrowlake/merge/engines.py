@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from arrowlake import native
-from arrowlake.errors import ColumnNotFound, ValidationError
+from arrowlake.errors import ValidationError
 from arrowlake.merge.aggregation import (
     DEFAULT_FUNCTION,
     FUNCTIONS,
@@ -37,6 +37,7 @@ from arrowlake.merge.versions import (
     RowKind,
     group_versions,
     is_retraction,
+    kernel_keys,
     row_kinds,
     take,
     take_rows,
@@ -410,7 +411,7 @@ def unique_run_order(
     """
     if not _one_sort_applies(table, engine or Deduplicate()):
         return None
-    columns = _sort_columns(table, key, constant)
+    columns = kernel_keys(table, _sort_key(key, constant))
     found = native.sorted_groups(columns, groups)
     return None if found is None else found[0]
 
@@ -445,32 +446,8 @@ def cut_groups(table: pa.Table, key: Sequence[str], buckets: int,
     hashed = [table.column(name) for name in key]
     for column in hashed:
         check_hashable(column)
-    return native.cut_groups(hashed, _sort_columns(table, key, constant), buckets,
+    return native.cut_groups(hashed, kernel_keys(table, _sort_key(key, constant)), buckets,
                              partition_codes)
-
-
-def _sort_columns(table: pa.Table, key: Sequence[str], constant: Sequence[str]
-                  ) -> list[pa.Array]:
-    """The key columns a write's rows are sorted by, refused as the merge refuses them."""
-    columns = [_plain_key(table, name) for name in _sort_key(key, constant)]
-    for name, column in zip(_sort_key(key, constant), columns, strict=True):
-        if not native.sortable(column.type):
-            raise ValidationError(
-                f"Column '{name}' of type {column.type} cannot be part of a primary key")
-    return columns
-
-
-def _plain_key(table: pa.Table, name: str) -> pa.Array:
-    """A key column for the native kernels, refused as :func:`sortable_key` refuses it."""
-    if name not in table.column_names:
-        raise ColumnNotFound(
-            f"Primary-key column '{name}' is not in the data; columns are {table.column_names}")
-    column = table[name].combine_chunks()
-    if column.null_count:
-        raise ValidationError(
-            f"Column '{name}' is part of the primary key and may not be null: "
-            f"{column.null_count} null rows")
-    return column
 
 
 def _sort_key(key: Sequence[str], constant: Sequence[str]) -> list[str]:

@@ -139,7 +139,7 @@ def group_versions(
     position. One call of the native kernel (:func:`arrowlake.native.group_versions`).
     """
     n = table.num_rows
-    key_columns = _kernel_keys(table, key)
+    key_columns = kernel_keys(table, key)
     if seq is None:
         seq = _sequence(table)
     if n == 0:
@@ -157,7 +157,7 @@ def winners(table: pa.Table, key: Sequence[str], sequence_field: str | None = No
     """The row of each key's newest version (with ``oldest``, its oldest), in key order: the
     last (first) row of each key in :func:`group_versions`' order, found without ordering
     every key's versions (what deduplicate and first-row keep). One native call."""
-    key_columns = _kernel_keys(table, key)
+    key_columns = kernel_keys(table, key)
     n = table.num_rows
     if n == 0:
         return np.empty(0, np.int64)
@@ -168,11 +168,12 @@ def winners(table: pa.Table, key: Sequence[str], sequence_field: str | None = No
     return rows
 
 
-def _kernel_keys(table: pa.Table, key: Sequence[str]) -> list[pa.Array]:
-    """The key columns for the native kernels: present, never null, of a type they sort."""
+def kernel_keys(table: pa.Table, key: Sequence[str]) -> list[pa.Array]:
+    """The key columns for the native kernels: present, never null, of a type they sort.
+    Views stay views (the kernels read them as they are)."""
     if not key:
         raise ValidationError("A primary-key merge needs at least one key column")
-    columns = [_key_column(table, name) for name in key]
+    columns = [_key_column(table, name, keep_views=True) for name in key]
     for name, column in zip(key, columns, strict=True):
         if not native.sortable(column.type):
             raise ValidationError(
@@ -282,7 +283,7 @@ def _sequence(table: pa.Table) -> np.ndarray:
     return _to_numpy(column).astype(np.int64, copy=False)
 
 
-def _key_column(table: pa.Table, name: str) -> pa.Array:
+def _key_column(table: pa.Table, name: str, *, keep_views: bool = False) -> pa.Array:
     if name not in table.column_names:
         raise ColumnNotFound(
             f"Primary-key column '{name}' is not in the data; columns are {table.column_names}"
@@ -293,6 +294,8 @@ def _key_column(table: pa.Table, name: str) -> pa.Array:
             f"Column '{name}' is part of the primary key and may not be null: "
             f"{column.null_count} null rows"
         )
+    if keep_views:
+        return column
     if pa.types.is_string_view(column.type):
         column = column.cast(pa.string())
     elif pa.types.is_binary_view(column.type):
